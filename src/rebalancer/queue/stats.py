@@ -1,0 +1,83 @@
+"""Point-in-time snapshots of a queue: buffer usage, counters, and (with rebalancing) ownership."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PartitionUsage:
+    partition: int
+    used: int
+    capacity: int
+    percentage: float
+
+
+@dataclass(frozen=True)
+class RebalanceReport:
+    """One throughput rebalance. Ratios are max/mean items per drain worker; `moved` is 0 when skipped."""
+
+    moved: int
+    ratio_before: float
+    ratio_after: float
+    wait_ms: float
+    skipped: str | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchQueueStats:
+    """Counters reconcile after shutdown: produced == dispatched + unhandled.
+
+    `produced` counts items `produce()` accepted; `dispatched` counts items handed to a handler
+    (including those whose handler raised, also counted in `failed`); `dropped` counts items refused
+    because the partition was full (IF_POSSIBLE); `rejected` counts items refused because the queue
+    was shut down.
+    """
+
+    capacity_per_partition: int
+    used: tuple[int, ...]
+    produced: int
+    dispatched: int
+    dropped: int
+    unhandled: int
+    failed: int
+    rejected: int
+    owners: tuple[int, ...] = ()
+    worker_items: tuple[int, ...] = ()
+    last_rebalance: RebalanceReport | None = None
+    partition_types: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.used)
+
+    @property
+    def total_capacity(self) -> int:
+        return self.capacity_per_partition * len(self.used)
+
+    @property
+    def total_used(self) -> int:
+        return sum(self.used)
+
+    @property
+    def total_used_percentage(self) -> float:
+        total = self.total_capacity
+        return 100.0 * self.total_used / total if total else 0.0
+
+    def partition_used(self, partition: int) -> int:
+        if not 0 <= partition < len(self.used):
+            raise ValueError(f"partition must be in [0, {len(self.used)}), got {partition!r}")
+        return self.used[partition]
+
+    def partition_usage(self, partition: int) -> PartitionUsage:
+        used = self.partition_used(partition)
+        cap = self.capacity_per_partition
+        return PartitionUsage(partition, used, cap, 100.0 * used / cap)
+
+    def top_n(self, n: int) -> list[PartitionUsage]:
+        """The n fullest partitions, fullest first (ties by partition number)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be an int >= 0, got {n!r}")
+        order = sorted(range(len(self.used)), key=lambda p: (-self.used[p], p))[:n]
+        return [self.partition_usage(p) for p in order]
