@@ -93,6 +93,7 @@ class BatchQueue:
         self._space = threading.Condition()  # BLOCKING producers wait here for room
         self._blocked = 0  # producers waiting on _space; written under its lock
         self._closed = False
+        self._closed_flag = [False]  # the same, as a cell the produce closure reads cheaply
         self._finished = False
 
         if config.shared_scheduler is not None:
@@ -124,7 +125,8 @@ class BatchQueue:
         self._handlers: dict[type, _Handler] = {}
         self._locks: dict[int, tuple[object, threading.Lock]] = {}
         self._dropped = itertools.count()
-        self._rejected = itertools.count()
+        self._rejected = itertools.count()  # refused because the queue was shut down
+        self._aborted = itertools.count()  # of those, the ones whose demand was already counted
         self._idle_lock = threading.Lock()  # single-consumer on_idle is never concurrent with itself
         self._warn_lock = threading.Lock()
         self._warned_types: set[type] = set()
@@ -138,8 +140,8 @@ class BatchQueue:
         self._workers: list[_Worker] = [_Worker(self, i) for i in range(workers)]
         self._final = _Worker(self, UNOWNED)
         self._grow(partitions)
-        if config.selector is not None:
-            self.produce = self._produce_selected  # type: ignore[method-assign]
+        self._produce = self._produce_selected if config.selector is not None else self._make_produce()
+        self.produce = self._produce  # type: ignore[method-assign]
         for w in self._workers:
             self._scheduler.start(w)
         if self.rebalancing_enabled:
@@ -252,29 +254,57 @@ class BatchQueue:
     # ------------------------------------------------------------------ produce
 
     def produce(self, item: object) -> bool:
-        """Route `item` to its partition. False: dropped (IF_POSSIBLE and full) or the queue is shut down."""
-        route = self._routes.get(type(item))
-        if route is None:
-            return self._produce_new_type(item)
-        part, demand = route
-        next(demand)  # demand is counted before put/offer, so refused items still show as load
-        if self._closed:
-            next(self._rejected)
-            return False
+        """Route `item` to its partition. False: dropped (IF_POSSIBLE and full) or the queue is shut down.
+
+        The instance's `produce` is a closure over the routing table (see `_make_produce`); this
+        method only serves calls made through the class."""
+        return self._produce(item)
+
+    def _make_produce(self) -> Callable[[object], bool]:
+        """The hot path as a closure over locals (no attribute lookups).
+
+        Demand is counted before the shut-down check: shutdown waits until every counted call has
+        landed, been dropped or been refused, so an item can never slip in after the final drain."""
+        routes_get = self._routes.get
+        capacity = self._capacity
+        new_type = self._produce_new_type
+        full = self._produce_full
+        closed = self._closed_flag
+        refuse = self._refuse_counted
+
+        def produce(item: object) -> bool:
+            route = routes_get(type(item))
+            if route is None:
+                return new_type(item)
+            part, demand = route
+            next(demand)  # counted before put/offer, so refused items still show as load
+            if closed[0]:
+                return refuse()
+            if len(part) < capacity:
+                part.append(item)
+                return True
+            return full(part, item)
+
+        produce.__doc__ = BatchQueue.produce.__doc__
+        return produce
+
+    def _refuse_counted(self) -> bool:
+        next(self._aborted)
+        next(self._rejected)
+        return False
+
+    def _produce_new_type(self, item: object) -> bool:
+        t = type(item)
+        with self._admin:  # shutdown closes under this lock, so demand is counted before it can
+            if self._closed:
+                next(self._rejected)
+                return False
+            part, demand = self._routes.get(t) or self._route_type(t, self._default_partition(t))
+            next(demand)
         if len(part) < self._capacity:
             part.append(item)
             return True
         return self._produce_full(part, item)
-
-    def _produce_new_type(self, item: object) -> bool:
-        t = type(item)
-        with self._admin:
-            if self._closed:
-                next(self._rejected)
-                return False
-            if t not in self._routes:
-                self._route_type(t, self._default_partition(t))
-        return self.produce(item)
 
     def _produce_selected(self, item: object) -> bool:
         n = len(self._part_routes)
@@ -284,8 +314,7 @@ class BatchQueue:
         part, demand = self._part_routes[p]
         next(demand)
         if self._closed:
-            next(self._rejected)
-            return False
+            return self._refuse_counted()
         if len(part) < self._capacity:
             part.append(item)
             return True
@@ -300,8 +329,7 @@ class BatchQueue:
             try:
                 while len(part) >= self._capacity:
                     if self._closed:
-                        next(self._rejected)
-                        return False
+                        return self._refuse_counted()
                     self._space.wait(self._max_idle)
                 part.append(item)
             finally:
@@ -511,13 +539,13 @@ class BatchQueue:
                     skip_ratio=self.config.rebalance_skip_ratio,
                 )
             before = imbalance(plan.load_before)
-            if plan.skipped or not plan.moves:
+            if plan.skipped or not plan.moves:  # unowned partitions only appear mid-handoff, so none here
                 report = RebalanceReport(0, before, before, 0.0, plan.skipped or "no move improves the balance",
                                          time.time())
             else:
                 wait_ms = self._handoff(plan.moves)
                 after = imbalance(plan.load_after)
-                report = RebalanceReport(len(plan.moves), before, after, wait_ms, None, time.time())
+                report = RebalanceReport(plan.moved, before, after, wait_ms, None, time.time())
                 log.debug(
                     "rebalanced %d partitions, max thread load delta: %.1f%%",
                     report.moved, _max_delta_pct(plan.load_after),
@@ -543,7 +571,7 @@ class BatchQueue:
         return BatchQueueStats(
             capacity_per_partition=self._capacity,
             used=tuple(len(p) for p in self._parts),
-            produced=demand - dropped - rejected,
+            produced=demand - dropped - _count_value(self._aborted),
             dispatched=sum(w.dispatched for w in workers),
             dropped=dropped,
             unhandled=sum(w.unhandled for w in workers),
@@ -561,7 +589,7 @@ class BatchQueue:
         """produce() calls that were counted but have not yet landed, been dropped or been rejected."""
         landed = sum(len(p) for p in self._parts)  # read the "left" side first: both sides only grow
         landed += sum(w.items for w in (*self._workers, self._final))
-        landed += _count_value(self._dropped) + _count_value(self._rejected)
+        landed += _count_value(self._dropped) + _count_value(self._aborted)
         entered = sum(_count_value(c) for c in self._demand)
         return entered - landed
 
@@ -574,6 +602,7 @@ class BatchQueue:
             else:
                 already = False
                 self._closed = True
+                self._closed_flag[0] = True
         if already:
             self._final.finished.wait(timeout)
             return
