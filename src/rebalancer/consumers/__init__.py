@@ -1,1 +1,34 @@
-"""rebalancer.consumers."""
+"""Partitioned-queue consumer flows: holddown, graceful one-at-a-time handoff, and statuses."""
+
+from rebalancer.consumers.events import (
+    Event,
+    FlowChangeUpdate,
+    FlowStandby,
+    FlowUnbound,
+    HandoffAborted,
+    HandoffCompleted,
+    HandoffStarted,
+    PartitionsAssigned,
+    PartitionsRemoved,
+    RebalancePlanned,
+    ScaleStatusChanged,
+    StatusChanged,
+)
+from rebalancer.consumers.partitioned import Handoff, PartitionedQueue
+
+__all__ = [
+    "Event",
+    "FlowChangeUpdate",
+    "FlowStandby",
+    "FlowUnbound",
+    "Handoff",
+    "HandoffAborted",
+    "HandoffCompleted",
+    "HandoffStarted",
+    "PartitionedQueue",
+    "PartitionsAssigned",
+    "PartitionsRemoved",
+    "RebalancePlanned",
+    "ScaleStatusChanged",
+    "StatusChanged",
+]

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rebalancer.queue.config import BatchQueueConfig, HandlerConsumer
 from rebalancer.queue.policies import BufferStrategy
 from rebalancer.queue.scheduler import SHARED_SCHEDULERS, DedicatedScheduler, SharedScheduler
 from rebalancer.queue.stats import BatchQueueStats, RebalanceReport
+
+if TYPE_CHECKING:
+    from rebalancer.consumers import PartitionedQueue
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +138,11 @@ class BatchQueue:
         self._seen_items: list[int] = []
         self._last_worker_items: tuple[int, ...] = ()
         self._last_rebalance: RebalanceReport | None = None
-        self._rebalancer: threading.Thread | None = None
-        self._stop_rebalancer = threading.Event()
+        self._control: threading.Thread | None = None  # periodic rebalancing and membership sync
+        self._stop_control = threading.Event()
+        self._membership: PartitionedQueue | None = None  # set by the first set_threads()
+        self._pending_moves: list[tuple[int, int, int]] = []
+        self._clock_last = 0.0
 
         self._workers: list[_Worker] = [_Worker(self, i) for i in range(workers)]
         self._final = _Worker(self, UNOWNED)
@@ -145,10 +152,7 @@ class BatchQueue:
         for w in self._workers:
             self._scheduler.start(w)
         if self.rebalancing_enabled:
-            self._rebalancer = threading.Thread(
-                target=self._rebalance_loop, name=f"BatchQueue-{name}-rebalancer", daemon=True
-            )
-            self._rebalancer.start()
+            self._start_control()
 
     # ------------------------------------------------------------------ properties
 
@@ -172,13 +176,22 @@ class BatchQueue:
     @property
     def rebalancing_enabled(self) -> bool:
         """Throughput rebalancing runs on dedicated schedulers with at least two drain workers."""
-        return self.config.rebalance_interval_ms > 0 and self._pool_name is None and len(self._workers) > 1
+        return self.config.rebalance_interval_ms > 0 and self._pool_name is None and self.thread_count > 1
+
+    @property
+    def membership(self) -> PartitionedQueue | None:
+        """The worker-membership coordinator once `set_threads` has been called (read it, don't drive it)."""
+        return self._membership
 
     # ------------------------------------------------------------------ partitions and routing
 
     def _grow(self, count: int) -> None:
-        """Add partitions up to `count`, each given to the worker owning the fewest; views stay consistent."""
+        """Add partitions up to `count`, each given to the worker owning the fewest (or, with elastic
+        workers, to whom the membership coordinator says); every view derives from the owner array."""
         with self._admin:
+            if self._membership is not None:
+                self._grow_elastic(count)
+                return
             while len(self._parts) < count:
                 part: deque[Any] = deque()
                 demand = itertools.count()
@@ -194,6 +207,27 @@ class BatchQueue:
                 self._seen_demand.append(0)
                 self._owner.append(owner)
             self._publish_scans()
+
+    def _add_partition(self, owner: int) -> None:
+        part: deque[Any] = deque()
+        demand = itertools.count()
+        self._parts.append(part)
+        self._demand.append(demand)
+        self._part_routes.append((part, demand))
+        self._types.append(())
+        self._seen_demand.append(0)
+        self._owner.append(owner)
+
+    def _grow_elastic(self, count: int) -> None:
+        if count <= len(self._parts):
+            return
+        while len(self._parts) < count:
+            self._add_partition(UNOWNED)
+        assert self._membership is not None
+        self._membership.set_partition_count(count, now=self._now())
+        # assignments of the new partitions apply at once; handoffs need a fence, so the control
+        # thread runs them (a fence must not be awaited under the admin lock)
+        self._pending_moves.extend(self._apply_membership(self._membership.poll(now=self._now())))
 
     def _publish_scans(self) -> None:
         """Each worker's partition list, derived from the owner array (the one source of truth)."""
@@ -475,20 +509,38 @@ class BatchQueue:
 
     # ------------------------------------------------------------------ ownership changes
 
-    def _handoff(self, moves: Sequence[tuple[int, int, int]], timeout: float = 30.0) -> float:
+    def _handoff(self, moves: Sequence[tuple[int, int, int]]) -> float:
         """Two-phase handoff: revoke every moved partition, wait for each old owner's pass counter to
         advance (old owners are woken, so the wait is one pass, not a backoff), then assign.
         Returns the fence wait in milliseconds."""
         if not moves:
             return 0.0
         with self._admin:
-            for p, _old, _new in moves:
-                self._owner[p] = UNOWNED
+            fence = self._revoke([p for p, _old, _new in moves])
+        wait_ms = self._await_fence(fence)
+        with self._admin:
+            for p, _old, new in moves:
+                self._owner[p] = new
             self._publish_scans()
-            olds = {old for _, old, _ in moves if old != UNOWNED}
-            fence = {o: self._workers[o].cycles for o in olds}
+        for new in {new for _, _, new in moves}:
+            self._scheduler.wake(self._workers[new])
+        return wait_ms
+
+    def _revoke(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Phase 1 (under the admin lock): unown the partitions; returns each old owner's pass count."""
+        fence: dict[int, int] = {}
+        for p in partitions:
+            old = self._owner[p]
+            self._owner[p] = UNOWNED
+            if old != UNOWNED:
+                fence[old] = self._workers[old].cycles
+        self._publish_scans()
+        return fence
+
+    def _await_fence(self, fence: dict[int, int], timeout: float = 30.0) -> float:
+        """Wait, for all old owners in parallel, until each has finished the pass it was in."""
         started = time.perf_counter()
-        for o in olds:
+        for o in fence:
             self._scheduler.wake(self._workers[o])
         deadline = time.monotonic() + timeout
         for o, seen in fence.items():
@@ -497,14 +549,7 @@ class BatchQueue:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"BatchQueue[{self.name}]: worker {o} did not finish its pass in {timeout}s")
                 time.sleep(0.0002)
-        wait_ms = (time.perf_counter() - started) * 1000.0
-        with self._admin:
-            for p, _old, new in moves:
-                self._owner[p] = new
-            self._publish_scans()
-        for new in {new for _, _, new in moves}:
-            self._scheduler.wake(self._workers[new])
-        return wait_ms
+        return (time.perf_counter() - started) * 1000.0
 
     def _take_throughput(self) -> list[int]:
         """Per-partition produce() calls since the previous call."""
@@ -529,23 +574,34 @@ class BatchQueue:
             with self._admin:
                 throughput = self._take_throughput()
                 self._take_worker_items()
-                if self._closed or self._pool_name is not None or self.thread_count < 2:
-                    report = RebalanceReport(0, 1.0, 1.0, 0.0, "rebalancing needs 2+ dedicated drain workers",
-                                             time.time())
+                active = [w.index for w in self._workers if not w.stopping]
+                reason = None
+                if self._closed or self._pool_name is not None or len(active) < 2:
+                    reason = "rebalancing needs 2+ dedicated drain workers"
+                elif self._pending_moves or (self._membership is not None and self._membership.status != "ready"):
+                    reason = "a membership change is in progress"
+                if reason is not None:
+                    report = RebalanceReport(0, 1.0, 1.0, 0.0, reason, time.time())
                     self._last_rebalance = report
                     return report
+                slot = {w: i for i, w in enumerate(active)}
                 plan = plan_rebalance(
-                    throughput, list(self._owner), len(self._workers),
+                    throughput, [slot.get(o, UNOWNED) for o in self._owner], len(active),
                     skip_ratio=self.config.rebalance_skip_ratio,
                 )
             before = imbalance(plan.load_before)
-            if plan.skipped or not plan.moves:  # unowned partitions only appear mid-handoff, so none here
+            moves = [(p, active[old] if old >= 0 else UNOWNED, active[new]) for p, old, new in plan.moves]
+            if plan.skipped or not moves:
                 report = RebalanceReport(0, before, before, 0.0, plan.skipped or "no move improves the balance",
                                          time.time())
             else:
-                wait_ms = self._handoff(plan.moves)
-                after = imbalance(plan.load_after)
-                report = RebalanceReport(plan.moved, before, after, wait_ms, None, time.time())
+                wait_ms = self._handoff(moves)
+                if self._membership is not None:
+                    with self._admin:
+                        for p, _old, new in moves:
+                            self._membership.move(p, new, now=self._now())
+                        self._membership.poll(now=self._now())
+                report = RebalanceReport(plan.moved, before, imbalance(plan.load_after), wait_ms, None, time.time())
                 log.debug(
                     "rebalanced %d partitions, max thread load delta: %.1f%%",
                     report.moved, _max_delta_pct(plan.load_after),
@@ -553,13 +609,136 @@ class BatchQueue:
             self._last_rebalance = report
             return report
 
-    def _rebalance_loop(self) -> None:
+    # ------------------------------------------------------------------ elastic drain workers
+
+    def set_threads(self, threads: int) -> None:
+        """Add or retire drain workers at runtime. Workers are the flows of a `PartitionedQueue`:
+        partitions move between them count-balanced (±1, minimal handoffs) after the
+        `rebalance_delay_ms` holddown, through the same fenced handoff as throughput rebalancing.
+        A retiring worker finishes its in-flight pass first; its partitions wait, undrained but
+        never lost, until the coordinator gives them to another worker."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+        if self._pool_name is not None:
+            raise ValueError(f"queue {self.name!r} runs on shared scheduler {self._pool_name!r}; set_threads "
+                             "needs a dedicated scheduler")
+        with self._rebalance_lock:
+            with self._admin:
+                if self._closed:
+                    raise ValueError(f"queue {self.name!r} is shut down")
+                membership = self._ensure_membership()
+                delay = membership.rebalance_delay_s
+                if delay == 0:  # no holddown: plan once for the whole change, not once per worker
+                    membership.rebalance_delay_s = 1e9
+                active = [w for w in self._workers if not w.stopping]
+                for _ in range(threads - len(active)):
+                    w = _Worker(self, len(self._workers))
+                    self._workers.append(w)
+                    self._scheduler.start(w)
+                    membership.bind(w.index, now=self._now())
+                retiring = active[threads:]
+                gone = {w.index for w in retiring}
+                fence = self._revoke([p for p, o in enumerate(self._owner) if o in gone])
+            self._await_fence(fence)
+            for w in retiring:
+                w.stopping = True
+                self._scheduler.wake(w)
+                self._scheduler.join(w)
+            with self._admin:
+                for w in retiring:
+                    membership.unbind(w.index, now=self._now())
+                if delay == 0:
+                    membership.rebalance_delay_s = 0.0
+                    membership.rebalance_now(now=self._now())
+                moves = self._apply_membership(membership.poll(now=self._now()))
+            self._handoff(moves)
+        self._start_control()
+
+    def _ensure_membership(self) -> PartitionedQueue:
+        """Adopt the current workers and ownership into a coordinator (called under the admin lock)."""
+        if self._membership is None:
+            from rebalancer.consumers import PartitionedQueue
+
+            membership = PartitionedQueue(
+                partition_count=len(self._parts),
+                rebalance_delay_s=1e9,  # no plan while the existing workers bind one by one
+                max_handoff_time_s=math.inf,  # the queue's own fence decides when a handoff is safe
+            )
+            active = [w.index for w in self._workers if not w.stopping]
+            for w in active:
+                membership.bind(w, now=self._now())
+            for w in active:
+                owned = [p for p, o in enumerate(self._owner) if o == w]
+                if owned:
+                    membership.assign(w, owned, now=self._now())
+            membership.rebalance_delay_s = self.config.rebalance_delay_ms / 1000.0
+            membership.rebalance_now(now=self._now())
+            self._pending_moves.extend(self._apply_membership(membership.poll(now=self._now())))
+            self._membership = membership
+        return self._membership
+
+    def _apply_membership(self, events: Iterable[object]) -> list[tuple[int, int, int]]:
+        """Apply the coordinator's direct assignments now; return its handoffs, which need a fence."""
+        from rebalancer.consumers import HandoffCompleted, PartitionsAssigned
+
+        moves: list[tuple[int, int, int]] = []
+        assigned = False
+        for e in events:
+            if isinstance(e, PartitionsAssigned):
+                for p in e.partitions:
+                    self._owner[p] = e.flow  # type: ignore[assignment]
+                assigned = True
+            elif isinstance(e, HandoffCompleted) and self._owner[e.partition] != e.to_flow:
+                moves.append((e.partition, e.from_flow, e.to_flow))  # type: ignore[arg-type]
+        if assigned:
+            self._publish_scans()
+            for w in self._workers:
+                self._scheduler.wake(w)
+        return moves
+
+    def _sync_membership(self) -> None:
+        """Advance the coordinator's timers (holddown) and carry out what it decided."""
+        with self._rebalance_lock:
+            with self._admin:
+                if self._membership is None or self._closed:
+                    return
+                moves = self._pending_moves + self._apply_membership(self._membership.poll(now=self._now()))
+                self._pending_moves = []
+            self._handoff(moves)
+
+    def _now(self) -> float:
+        """A monotonic clock that never goes backwards between threads (read under the admin lock)."""
+        self._clock_last = max(self._clock_last, time.monotonic())
+        return self._clock_last
+
+    def _start_control(self) -> None:
+        with self._admin:
+            if self._control is not None or self._closed:
+                return
+            if self._membership is None and not (self.config.rebalance_interval_ms > 0 and self._pool_name is None):
+                return
+            self._control = threading.Thread(target=self._control_loop, name=f"BatchQueue-{self.name}-control",
+                                             daemon=True)
+            self._control.start()
+
+    def _control_loop(self) -> None:
         interval = self.config.rebalance_interval_ms / 1000.0
-        while not self._stop_rebalancer.wait(interval):
+        next_rebalance = time.monotonic() + interval if interval > 0 else math.inf
+        while True:
+            wait = next_rebalance - time.monotonic()
+            if self._membership is not None:
+                wait = min(wait, 0.01)
+            if self._stop_control.wait(max(0.0, wait)):
+                return
             try:
-                self.rebalance_now()
+                if self._membership is not None:
+                    self._sync_membership()
+                if time.monotonic() >= next_rebalance:
+                    next_rebalance = time.monotonic() + interval
+                    if self.rebalancing_enabled:
+                        self.rebalance_now()
             except Exception:
-                log.exception("BatchQueue[%s]: periodic rebalance failed", self.name)
+                log.exception("BatchQueue[%s]: control task failed", self.name)
 
     # ------------------------------------------------------------------ stats and shutdown
 
@@ -606,9 +785,9 @@ class BatchQueue:
         if already:
             self._final.finished.wait(timeout)
             return
-        self._stop_rebalancer.set()
-        if self._rebalancer is not None and self._rebalancer is not threading.current_thread():
-            self._rebalancer.join(timeout)
+        self._stop_control.set()
+        if self._control is not None and self._control is not threading.current_thread():
+            self._control.join(timeout)
         with self._space:
             self._space.notify_all()
         for w in self._workers:

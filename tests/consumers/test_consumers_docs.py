@@ -1,0 +1,20 @@
+"""The usage example in docs/consumers.md runs, and prints what its comments say."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "consumers.md"
+
+
+def test_docs_example_runs_and_prints_what_it_claims():
+    text = DOC.read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    expected = [line.split("#", 1)[1].strip() for line in block.splitlines() if line.startswith("print(")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, str(DOC), "exec"), {})
+    assert out.getvalue().splitlines() == expected
