@@ -1,0 +1,704 @@
+"""A minute-by-minute cluster simulator that measures shedding and placement strategies.
+
+The world: brokers with a message-rate capacity (the rate that saturates their CPU), optionally a
+share of the CPU used by another process on the same machine; bundles whose load follows a series
+(steady, diurnal, periodic spikes, random jitter). A broker's CPU usage is the background plus its
+bundles' rate over its capacity; bandwidth usage is its throughput over its NIC. Each minute every
+broker publishes a load report; the leader sees reports ``report_delay`` minutes old. Every shedding
+interval the shedding strategy picks bundles, each is unloaded and placed through the placement
+strategy, and the move shows in the usage of the next minute. Brokers can join and leave.
+
+Everything random comes from one seed, so a seeded run is reproducible.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from rebalancer.shedding.balanced import BalancedShedder
+from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
+from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig
+from rebalancer.shedding.pulsar import (
+    AvgShedder,
+    LeastLongTermMessageRate,
+    LeastResourceUsageWithWeight,
+    OverloadShedder,
+    ThresholdShedder,
+    UniformLoadShedder,
+)
+from rebalancer.shedding.transfer import TransferShedder
+
+log = logging.getLogger(__name__)
+
+PATTERNS = ("steady", "diurnal", "spike", "jitter")
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    """A broker: ``capacity`` msg/s (in+out) saturate its CPU; ``background`` % CPU is another process."""
+
+    name: str
+    capacity: float = 100_000.0
+    background: float = 0.0
+    nic_bytes_per_second: float = 1.25e9
+    join_at: int = 0
+    leave_at: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.capacity <= 0:
+            raise ValueError(f"broker {self.name!r}: capacity must be > 0, got {self.capacity}")
+        if not 0 <= self.background <= 100:
+            raise ValueError(f"broker {self.name!r}: background must be within 0..100, got {self.background}")
+        if self.nic_bytes_per_second <= 0:
+            raise ValueError(
+                f"broker {self.name!r}: nic_bytes_per_second must be > 0, got {self.nic_bytes_per_second}"
+            )
+        if self.join_at < 0 or (self.leave_at is not None and self.leave_at <= self.join_at):
+            raise ValueError(
+                f"broker {self.name!r}: needs 0 <= join_at < leave_at, got {self.join_at}, {self.leave_at}"
+            )
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    """A bundle's load series: mean ``rate`` msg/s (in+out) shaped by ``pattern``.
+
+    diurnal: rate * (1 + amplitude * sin(2 pi (t + phase) / period));
+    spike: rate * (1 + amplitude) for ``duration`` minutes every ``period`` minutes from ``phase``;
+    jitter: rate * (1 + amplitude * N(0, 1)), never below zero.
+    """
+
+    name: str
+    rate: float
+    pattern: str = "steady"
+    amplitude: float = 0.0
+    period: int = 1440
+    duration: int = 0
+    phase: int = 0
+    message_bytes: float = 2048.0
+
+    def __post_init__(self) -> None:
+        if self.rate < 0:
+            raise ValueError(f"bundle {self.name!r}: rate must be >= 0, got {self.rate}")
+        if self.pattern not in PATTERNS:
+            raise ValueError(f"bundle {self.name!r}: pattern must be one of {PATTERNS}, got {self.pattern!r}")
+        if self.period <= 0 or self.duration < 0 or self.amplitude < 0:
+            raise ValueError(f"bundle {self.name!r}: needs period > 0, duration >= 0, amplitude >= 0")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A cluster, its bundles, where they start, and what converged means for it."""
+
+    name: str
+    title: str
+    brokers: tuple[BrokerSpec, ...]
+    bundles: tuple[BundleSpec, ...]
+    initial: Mapping[str, str] | None = None  # bundle -> broker; None places through the strategy
+    minutes: int = 90
+    converge_target: float = 10.0  # max-min usage spread, percentage points
+    converge_from: int = 0
+    noise: float = 0.02  # relative per-minute noise on every bundle
+    column: str = ""  # the PIP-364 table column this scenario measures
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the leader works: report delay and shedding interval in minutes, and metric windows."""
+
+    report_delay: int = 1
+    interval: int = 1
+    oscillation_window: int = 60  # cycles; twice the 30-minute grace period
+    converge_cycles: int = 5  # K: the spread must stay under target this many cycles
+    over_unload_margin: float = 5.0  # points below the average that count as over-unloading
+    grace_period_minutes: float | None = None  # None: conf.shedding_grace_period_minutes
+
+    def __post_init__(self) -> None:
+        for name in ("interval", "oscillation_window", "converge_cycles"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.report_delay < 0:
+            raise ValueError(f"report_delay must be >= 0, got {self.report_delay}")
+        if self.over_unload_margin < 0:
+            raise ValueError(f"over_unload_margin must be >= 0, got {self.over_unload_margin}")
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A shedding strategy with a placement strategy and the settings they run with."""
+
+    name: str
+    make: Callable[[int], tuple[LoadSheddingStrategy, PlacementStrategy]]
+    conf: ShedderConfig = field(default_factory=ShedderConfig)
+    ours: bool = False
+
+
+def _pair(shedder: type, placement: type) -> Callable[[int], tuple[LoadSheddingStrategy, PlacementStrategy]]:
+    def make(seed: int) -> tuple[LoadSheddingStrategy, PlacementStrategy]:
+        return shedder(), placement(seed)
+
+    return make
+
+
+def _single(cls: type) -> Callable[[int], tuple[LoadSheddingStrategy, PlacementStrategy]]:
+    def make(seed: int) -> tuple[LoadSheddingStrategy, PlacementStrategy]:
+        strategy = cls(seed)
+        return strategy, strategy
+
+    return make
+
+
+# AvgShedder and ours run with max_unload_percentage=0.5, as Pulsar's docs recommend for AvgShedder.
+COMBINATIONS: tuple[Combination, ...] = (
+    Combination(
+        "ThresholdShedder+LeastResourceUsageWithWeight", _pair(ThresholdShedder, LeastResourceUsageWithWeight)
+    ),
+    Combination(
+        "UniformLoadShedder+LeastLongTermMessageRate", _pair(UniformLoadShedder, LeastLongTermMessageRate)
+    ),
+    Combination("OverloadShedder+LeastLongTermMessageRate", _pair(OverloadShedder, LeastLongTermMessageRate)),
+    Combination("AvgShedder", _single(AvgShedder), ShedderConfig(max_unload_percentage=0.5)),
+    Combination("TransferShedder", _single(TransferShedder)),
+    Combination(
+        "BalancedShedder (ours)",
+        _single(BalancedShedder),
+        ShedderConfig(max_unload_percentage=0.5),
+        ours=True,
+    ),
+)
+
+
+def combination(name: str) -> Combination:
+    for combo in COMBINATIONS:
+        if combo.name == name or combo.name.split(" ")[0] == name or combo.name.split("+")[0] == name:
+            return combo
+    names = ", ".join(c.name for c in COMBINATIONS)
+    raise ValueError(f"unknown strategy {name!r}; choose one of: {names}")
+
+
+@dataclass
+class SimResult:
+    """Per-minute series and totals of one run."""
+
+    scenario: str
+    strategy: str
+    minutes: np.ndarray
+    usage: dict[str, np.ndarray]  # broker -> % per minute (NaN while absent)
+    spread: np.ndarray
+    std: np.ndarray
+    unloaded: np.ndarray
+    moved: np.ndarray
+    oscillations: np.ndarray
+    over_placement: np.ndarray
+    over_unloading: np.ndarray
+    overloaded: np.ndarray  # brokers above the overload threshold, per minute
+    converge_cycles: int | None
+    stale_skips: int = 0
+    failover_placements: int = 0
+    converge_target: float = 0.0
+
+    @property
+    def moves(self) -> int:
+        return int(self.moved.sum())
+
+    def summary(self) -> dict[str, float | int | None]:
+        return {
+            "moves": self.moves,
+            "unloaded": int(self.unloaded.sum()),
+            "oscillations": int(self.oscillations.sum()),
+            "over_placement": int(self.over_placement.sum()),
+            "over_unloading": int(self.over_unloading.sum()),
+            "overloaded_minutes": int(self.overloaded.sum()),
+            "final_spread": round(float(self.spread[-1]), 2),
+            "converge_cycles": self.converge_cycles,
+            "stale_skips": self.stale_skips,
+            "failover_placements": self.failover_placements,
+        }
+
+
+def load_series(scenario: Scenario, rng: np.random.Generator) -> np.ndarray:
+    """bundles x minutes matrix of msg/s (in+out)."""
+    t = np.arange(scenario.minutes)
+    out = np.empty((len(scenario.bundles), scenario.minutes))
+    for i, spec in enumerate(scenario.bundles):
+        if spec.pattern == "steady":
+            shape = np.ones_like(t, dtype=float)
+        elif spec.pattern == "diurnal":
+            shape = 1 + spec.amplitude * np.sin(2 * math.pi * (t + spec.phase) / spec.period)
+        elif spec.pattern == "spike":
+            in_spike = ((t - spec.phase) % spec.period < spec.duration) & (t >= spec.phase)
+            shape = np.where(in_spike, 1 + spec.amplitude, 1.0)
+        else:
+            shape = 1 + spec.amplitude * rng.standard_normal(len(t))
+        noise = 1 + scenario.noise * rng.standard_normal(len(t)) if scenario.noise else 1.0
+        out[i] = np.maximum(0.0, spec.rate * shape * noise)
+    return out
+
+
+class Simulator:
+    """Runs one scenario with one combination; see the module docstring for the model."""
+
+    def __init__(
+        self, scenario: Scenario, combo: Combination, seed: int = 0, config: SimConfig | None = None
+    ) -> None:
+        names = [b.name for b in scenario.brokers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scenario {scenario.name!r}: duplicate broker names")
+        bundle_names = [b.name for b in scenario.bundles]
+        if len(set(bundle_names)) != len(bundle_names):
+            raise ValueError(f"scenario {scenario.name!r}: duplicate bundle names")
+        if scenario.minutes < 2:
+            raise ValueError(f"scenario {scenario.name!r}: minutes must be >= 2, got {scenario.minutes}")
+        if scenario.initial is not None:
+            for bundle, broker in scenario.initial.items():
+                if bundle not in bundle_names:
+                    raise ValueError(
+                        f"scenario {scenario.name!r}: initial placement names unknown bundle {bundle!r}"
+                    )
+                if broker not in names:
+                    raise ValueError(
+                        f"scenario {scenario.name!r}: initial placement names unknown broker {broker!r}"
+                    )
+        self.scenario = scenario
+        self.combo = combo
+        self.seed = seed
+        self.config = config or SimConfig()
+        self.conf = combo.conf
+        self.shedder, self.placement = combo.make(seed)
+        self.rng = np.random.default_rng(seed)
+        self.series = load_series(scenario, self.rng)
+        self._index = {b.name: i for i, b in enumerate(scenario.bundles)}
+        self._background = {b.name: b.background for b in scenario.brokers}
+
+    def _strategies(self) -> list[LoadSheddingStrategy | PlacementStrategy]:
+        return [self.shedder] if self.shedder is self.placement else [self.shedder, self.placement]
+
+    def run(self) -> SimResult:
+        sc, cfg, conf = self.scenario, self.config, self.conf
+        specs = {b.name: b for b in sc.brokers}
+        bundles = {b.name: b for b in sc.bundles}
+        bundle_index = {b.name: i for i, b in enumerate(sc.bundles)}
+        n = sc.minutes
+        grace = (
+            cfg.grace_period_minutes
+            if cfg.grace_period_minutes is not None
+            else conf.shedding_grace_period_minutes
+        ) * 60
+        threshold = conf.broker_threshold_shedder_percentage
+        overload = conf.broker_overloaded_threshold_percentage
+
+        usage = {b: np.full(n, np.nan) for b in specs}
+        spread, std = np.zeros(n), np.zeros(n)
+        unloaded, moved, osc = np.zeros(n, int), np.zeros(n, int), np.zeros(n, int)
+        over_place, over_unload, overloaded = np.zeros(n, int), np.zeros(n, int), np.zeros(n, int)
+        stale_skips = failovers = 0
+
+        alive: set[str] = set()
+        placement: dict[str, str] = {}
+        recent: dict[str, float] = {}
+        departures: dict[str, list[tuple[int, str]]] = {}
+        reports: list[dict[str, BrokerLoad]] = []
+        bundle_data: list[dict[str, BundleLoad]] = []
+        pending_checks: tuple[dict[str, float], float, set[str], set[str]] | None = None
+        cycle = 0
+
+        def view_at(t: int) -> ClusterLoad:
+            idx = max(0, t - cfg.report_delay)
+            seen = {b: reports[idx][b] for b in sorted(alive) if b in reports[idx]}
+            return ClusterLoad(
+                brokers=seen,
+                bundles=bundle_data[idx],
+                recently_unloaded={k: v for k, v in recent.items() if t * 60 - v < grace},
+                timestamp=float(idx * 60),
+            )
+
+        def place(bundle: str, view: ClusterLoad) -> str:
+            candidates = set(view.brokers) or set(alive)
+            if not candidates:
+                raise ValueError(f"scenario {sc.name!r}: no broker alive to place bundle {bundle!r}")
+            if bundle not in view.bundles and view.owner_of(bundle) is None:
+                view = ClusterLoad(
+                    brokers=view.brokers,
+                    bundles={**view.bundles, bundle: self._bundle_load(bundle, 0)},
+                    recently_unloaded=view.recently_unloaded,
+                    timestamp=view.timestamp,
+                )
+            chosen = self.placement.select_broker(candidates, bundle, view, conf)
+            return chosen if chosen is not None else sorted(candidates)[0]
+
+        for t in range(n):
+            # membership changes
+            changed = False
+            for name, spec in specs.items():
+                if spec.join_at == t and name not in alive:
+                    alive.add(name)
+                    changed = True
+                if spec.leave_at == t and name in alive:
+                    alive.discard(name)
+                    changed = True
+            if changed:
+                for strategy in self._strategies():
+                    strategy.on_active_brokers_change(set(alive))
+            if not alive:
+                raise ValueError(f"scenario {sc.name!r}: no broker alive at minute {t}")
+            if t == 0:
+                if sc.initial is not None:
+                    placement.update(sc.initial)
+            orphans = [b for b, owner in placement.items() if owner not in alive]
+            unplaced = [b for b in bundles if b not in placement]
+            if orphans or unplaced:
+                view = view_at(t) if reports else self._empty_view(alive, bundle_index, t)
+                for bundle in sorted(orphans) + unplaced:
+                    placement[bundle] = place(bundle, view)
+                failovers += len(orphans)
+
+            # actual usage this minute
+            rates = self.series[:, t]
+            per_broker: dict[str, list[str]] = {b: [] for b in alive}
+            for bundle, owner in placement.items():
+                per_broker[owner].append(bundle)
+            report: dict[str, BrokerLoad] = {}
+            for name in sorted(alive):
+                spec = specs[name]
+                owned = sorted(per_broker[name], key=bundle_index.__getitem__)
+                rate = float(sum(rates[bundle_index[b]] for b in owned))
+                tp = float(sum(rates[bundle_index[b]] * bundles[b].message_bytes for b in owned))
+                cpu = min(100.0, spec.background + 100.0 * rate / spec.capacity)
+                bw = min(100.0, 100.0 * (tp / 2) / spec.nic_bytes_per_second)
+                report[name] = BrokerLoad(
+                    cpu=cpu,
+                    memory=min(100.0, 20.0 + cpu / 4),
+                    direct_memory=min(100.0, cpu / 2),
+                    bandwidth_in=bw,
+                    bandwidth_out=bw,
+                    msg_rate_in=rate / 2,
+                    msg_rate_out=rate / 2,
+                    msg_throughput_in=tp / 2,
+                    msg_throughput_out=tp / 2,
+                    bundles=owned,
+                )
+                usage[name][t] = cpu
+            reports.append(report)
+            bundle_data.append({b: self._bundle_load(b, t) for b in placement})
+            now_usage = {b: usage[b][t] for b in alive}
+            values = np.array(list(now_usage.values()))
+            spread[t] = float(values.max() - values.min())
+            std[t] = float(values.std())
+            overloaded[t] = int((values > overload).sum())
+            avg_now = _balancing_average(now_usage, report)
+
+            # judge the previous cycle's moves against what they did
+            if pending_checks is not None:
+                before, avg_before, sources, destinations = pending_checks
+                for broker in destinations & alive:
+                    u0, u1 = before[broker], now_usage[broker]
+                    if (u1 > overload >= u0) or (u1 > avg_now + threshold and u0 <= avg_before + threshold):
+                        over_place[t] += 1
+                for broker in sources & alive:
+                    if before[broker] > avg_before and now_usage[broker] < avg_now - cfg.over_unload_margin:
+                        over_unload[t] += 1
+                pending_checks = None
+
+            if t == 0 or t % cfg.interval:
+                continue
+            cycle += 1
+            view = view_at(t)
+            decisions = self.shedder.find_bundles_for_unloading(view, conf)
+            sources: set[str] = set()
+            destinations: set[str] = set()
+            for broker, chosen in decisions.items():
+                for bundle in chosen:
+                    if placement.get(bundle) != broker or broker not in alive:
+                        stale_skips += 1
+                        continue
+                    unloaded[t] += 1
+                    recent[bundle] = t * 60.0
+                    destination = place(bundle, view)
+                    if destination == broker:
+                        continue
+                    moved[t] += 1
+                    for left_cycle, left in departures.get(bundle, []):
+                        if left == destination and cycle - left_cycle <= cfg.oscillation_window:
+                            osc[t] += 1
+                            break
+                    departures.setdefault(bundle, []).append((cycle, broker))
+                    placement[bundle] = destination
+                    sources.add(broker)
+                    destinations.add(destination)
+            if sources:
+                pending_checks = (dict(now_usage), avg_now, sources, destinations)
+
+        minutes = np.arange(n)
+        converge = self._converge(spread, sc.converge_target, sc.converge_from)
+        return SimResult(
+            scenario=sc.name,
+            strategy=self.combo.name,
+            minutes=minutes,
+            usage=usage,
+            spread=spread,
+            std=std,
+            unloaded=unloaded,
+            moved=moved,
+            oscillations=osc,
+            over_placement=over_place,
+            over_unloading=over_unload,
+            overloaded=overloaded,
+            converge_cycles=converge,
+            stale_skips=stale_skips,
+            failover_placements=failovers,
+            converge_target=sc.converge_target,
+        )
+
+    def _bundle_load(self, bundle: str, t: int) -> BundleLoad:
+        i = self._index[bundle]
+        rate = float(self.series[i, t])
+        size = self.scenario.bundles[i].message_bytes
+        return BundleLoad(rate / 2, rate / 2, rate * size / 2, rate * size / 2)
+
+    def _empty_view(self, alive: set[str], bundle_index: dict[str, int], t: int) -> ClusterLoad:
+        zero = {
+            b: BrokerLoad(
+                cpu=self._background[b],
+                memory=0.0,
+                direct_memory=0.0,
+                bandwidth_in=0.0,
+                bandwidth_out=0.0,
+                msg_rate_in=0.0,
+                msg_rate_out=0.0,
+                msg_throughput_in=0.0,
+                msg_throughput_out=0.0,
+            )
+            for b in sorted(alive)
+        }
+        return ClusterLoad(
+            brokers=zero, bundles={b: self._bundle_load(b, t) for b in bundle_index}, timestamp=t * 60.0
+        )
+
+    def _converge(self, spread: np.ndarray, target: float, start: int) -> int | None:
+        k = self.config.converge_cycles * self.config.interval
+        under = spread < target
+        for t in range(start, len(spread) - k + 1):
+            if under[t : t + k].all():
+                return (t - start) // self.config.interval
+        return None
+
+
+def _balancing_average(usage: Mapping[str, float], report: Mapping[str, BrokerLoad]) -> float:
+    """Average over brokers that take part in balancing: those serving bundles, or idle ones below
+    the plain mean. An idle broker busy with another process has no load to give or room to take."""
+    mean = sum(usage.values()) / len(usage)
+    members = [u for b, u in usage.items() if report[b].bundles or u <= mean]
+    return sum(members) / len(members)
+
+
+def simulate(
+    scenario: Scenario, combo: Combination, seed: int = 0, config: SimConfig | None = None
+) -> SimResult:
+    return Simulator(scenario, combo, seed, config).run()
+
+
+# --- scenarios -------------------------------------------------------------------------------------
+
+
+def _fill(broker: str, count: int, rate: float, prefix: str | None = None, **kw: object) -> list[BundleSpec]:
+    p = prefix or broker
+    return [BundleSpec(f"{p}-b{i}", rate, **kw) for i in range(count)]  # type: ignore[arg-type]
+
+
+def _scenario(
+    name: str, title: str, brokers: Sequence[BrokerSpec], groups: Mapping[str, list[BundleSpec]], **kw: object
+) -> Scenario:
+    bundles = tuple(b for group in groups.values() for b in group)
+    initial = {b.name: broker for broker, group in groups.items() for b in group}
+    return Scenario(name=name, title=title, brokers=tuple(brokers), bundles=bundles, initial=initial, **kw)  # type: ignore[arg-type]
+
+
+def heterogeneous() -> Scenario:
+    """PIP-364: usages 10/50/70; broker-1 is a machine twice as fast, broker-3's 70 is another process."""
+    brokers = [
+        BrokerSpec("broker-1", capacity=200_000),
+        BrokerSpec("broker-2"),
+        BrokerSpec("broker-3", background=70),
+    ]
+    groups = {"broker-1": _fill("broker-1", 5, 4_000), "broker-2": _fill("broker-2", 10, 5_000)}
+    return _scenario(
+        "heterogeneous",
+        "heterogeneous 10/50/70 (70 from another process)",
+        brokers,
+        groups,
+        minutes=90,
+        converge_target=50.0,
+        column="heterogeneous",
+    )
+
+
+def jitter() -> Scenario:
+    """PIP-364: a balanced cluster where one bundle spikes +30 points for 3 minutes every 15."""
+    brokers = [BrokerSpec(f"broker-{i}") for i in range(1, 5)]
+    groups = {f"broker-{i}": _fill(f"broker-{i}", 10, 5_000) for i in range(1, 5)}
+    groups["broker-1"][0] = BundleSpec(
+        "broker-1-b0", 5_000, pattern="spike", amplitude=6.0, period=15, duration=3, phase=5
+    )
+    return _scenario(
+        "jitter",
+        "load jitter: periodic spikes on one broker",
+        brokers,
+        groups,
+        minutes=120,
+        converge_target=12.0,
+        column="jitter",
+    )
+
+
+def over_placement() -> Scenario:
+    """PIP-364: usages 40, 40, 40, 40, 69, 70."""
+    brokers = [BrokerSpec(f"broker-{i}") for i in range(1, 7)]
+    groups = {f"broker-{i}": _fill(f"broker-{i}", 8, 5_000) for i in range(1, 5)}
+    groups["broker-5"] = [*_fill("broker-5", 10, 6_000), BundleSpec("broker-5-b10", 9_000)]
+    groups["broker-6"] = _fill("broker-6", 10, 7_000)
+    return _scenario(
+        "over-placement",
+        "over-placement: 40, 40, 40, 40, 69, 70",
+        brokers,
+        groups,
+        minutes=90,
+        converge_target=12.0,
+        column="over-placement",
+    )
+
+
+def over_unloading() -> Scenario:
+    """PIP-364: one broker at 90%, a newly added broker at 10%."""
+    brokers = [BrokerSpec("broker-1"), BrokerSpec("broker-2")]
+    groups = {"broker-1": _fill("broker-1", 18, 5_000), "broker-2": _fill("broker-2", 2, 5_000)}
+    return _scenario(
+        "over-unloading",
+        "over-unloading: 90/10 after adding a broker",
+        brokers,
+        groups,
+        minutes=90,
+        converge_target=12.0,
+        column="over-unloading",
+    )
+
+
+def slow_balancing(loaded: int = 100, added: int = 100) -> Scenario:
+    """PIP-364: ``loaded`` brokers at 80% and ``added`` new brokers joining at minute 5."""
+    brokers = [BrokerSpec(f"old-{i:03d}") for i in range(loaded)]
+    brokers += [BrokerSpec(f"new-{i:03d}", join_at=5) for i in range(added)]
+    groups = {f"old-{i:03d}": _fill(f"old-{i:03d}", 8, 10_000) for i in range(loaded)}
+    return _scenario(
+        "slow-balancing",
+        f"slow balancing: {loaded} loaded + {added} new brokers",
+        brokers,
+        groups,
+        minutes=60,
+        converge_target=25.0,
+        converge_from=5,
+        noise=0.01,
+        column="slow balancing",
+    )
+
+
+def issue_17456() -> Scenario:
+    """apache/pulsar#17456: ten brokers at 80% and one idle; ThresholdShedder never triggers."""
+    brokers = [BrokerSpec(f"broker-{i:02d}") for i in range(1, 12)]
+    groups = {f"broker-{i:02d}": _fill(f"broker-{i:02d}", 8, 10_000) for i in range(1, 11)}
+    return _scenario(
+        "pulsar-17456",
+        "#17456: 10 brokers at 80% + 1 idle",
+        brokers,
+        groups,
+        minutes=60,
+        converge_target=25.0,
+    )
+
+
+def issue_18215_low() -> Scenario:
+    """apache/pulsar#18215, first case: usages 12, 2, 1, 1."""
+    brokers = [BrokerSpec(f"broker-{i}") for i in range(1, 5)]
+    groups = {
+        "broker-1": _fill("broker-1", 12, 1_000),
+        "broker-2": _fill("broker-2", 2, 1_000),
+        "broker-3": _fill("broker-3", 1, 1_000),
+        "broker-4": _fill("broker-4", 1, 1_000),
+    }
+    return _scenario(
+        "pulsar-18215-low", "#18215: usages 12, 2, 1, 1", brokers, groups, minutes=60, converge_target=12.0
+    )
+
+
+def issue_18215_idle() -> Scenario:
+    """apache/pulsar#18215, second case: five brokers at 50% and one at 0%."""
+    brokers = [BrokerSpec(f"broker-{i}") for i in range(1, 7)]
+    groups = {f"broker-{i}": _fill(f"broker-{i}", 10, 5_000) for i in range(1, 6)}
+    return _scenario(
+        "pulsar-18215-idle", "#18215: usages 50 x5 and 0", brokers, groups, minutes=60, converge_target=20.0
+    )
+
+
+def cold_start() -> Scenario:
+    """Initial placement through the strategy, a broker leaving at 30 and one joining at 45."""
+    brokers = [
+        BrokerSpec("broker-1"),
+        BrokerSpec("broker-2", capacity=150_000),
+        BrokerSpec("broker-3"),
+        BrokerSpec("broker-4", leave_at=30),
+        BrokerSpec("broker-5", join_at=45),
+    ]
+    sizes = [2_000, 3_000, 5_000, 8_000]
+    bundles = tuple(
+        BundleSpec(f"bundle-{i:02d}", sizes[i % 4], pattern="diurnal", amplitude=0.1, period=240, phase=i * 7)
+        for i in range(40)
+    )
+    return Scenario(
+        "cold-start",
+        "cold start, broker leaves at 30, joins at 45",
+        tuple(brokers),
+        bundles,
+        initial=None,
+        minutes=90,
+        converge_target=20.0,
+    )
+
+
+PIP_SCENARIOS: tuple[Callable[[], Scenario], ...] = (
+    heterogeneous,
+    jitter,
+    over_placement,
+    over_unloading,
+    slow_balancing,
+)
+EXTRA_SCENARIOS: tuple[Callable[[], Scenario], ...] = (
+    issue_17456,
+    issue_18215_low,
+    issue_18215_idle,
+    cold_start,
+)
+
+
+def all_scenarios(small: bool = False) -> list[Scenario]:
+    """Every scenario; ``small`` shrinks slow balancing to 20 + 20 brokers for quick runs."""
+    out = [f() for f in PIP_SCENARIOS + EXTRA_SCENARIOS]
+    if small:
+        out = [slow_balancing(20, 20) if s.name == "slow-balancing" else s for s in out]
+    return out
+
+
+def scenario(name: str, small: bool = False) -> Scenario:
+    for sc in all_scenarios(small):
+        if sc.name == name:
+            return sc
+    names = ", ".join(s.name for s in all_scenarios())
+    raise ValueError(f"unknown scenario {name!r}; choose one of: {names}")
+
+
+def with_minutes(sc: Scenario, minutes: int) -> Scenario:
+    if minutes < 2:
+        raise ValueError(f"minutes must be >= 2, got {minutes}")
+    return replace(sc, minutes=minutes)
