@@ -1,0 +1,207 @@
+"""A real Kafka-protocol peer on loopback: librdkafka's mock cluster, reached through ctypes.
+
+The confluent-kafka wheel bundles a librdkafka that exports the (experimental) mock API. Brokers
+run inside librdkafka's own threads, so they cost the Python process no GIL time, and they count
+the requests they receive: that is the only honest way to count ProduceRequests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from collections import Counter
+from types import TracebackType
+
+__all__ = ["PRODUCE_API_KEY", "MockKafkaCluster", "librdkafka_path"]
+
+PRODUCE_API_KEY = 0
+_RD_KAFKA_PRODUCER = 0
+
+_lib: ctypes.CDLL | None = None
+_lib_lock = threading.Lock()
+
+
+def librdkafka_path() -> str:
+    """The librdkafka shared object bundled in the confluent-kafka wheel."""
+    import confluent_kafka
+
+    site = os.path.dirname(os.path.dirname(os.path.abspath(confluent_kafka.__file__)))
+    candidates = sorted(glob.glob(os.path.join(site, "confluent_kafka.libs", "librdkafka*.so*")))
+    if not candidates:
+        raise FileNotFoundError(f"no librdkafka*.so* under {site}/confluent_kafka.libs")
+    return candidates[0]
+
+
+def _load() -> ctypes.CDLL:
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        lib = ctypes.CDLL(librdkafka_path())
+        vp, c_int, c_size_p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)
+        sigs: dict[str, tuple[object, list[object]]] = {
+            "rd_kafka_conf_new": (vp, []),
+            "rd_kafka_conf_destroy": (None, [vp]),
+            "rd_kafka_conf_set": (c_int, [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+            "rd_kafka_new": (vp, [c_int, vp, ctypes.c_char_p, ctypes.c_size_t]),
+            "rd_kafka_destroy": (None, [vp]),
+            "rd_kafka_mock_cluster_new": (vp, [vp, c_int]),
+            "rd_kafka_mock_cluster_destroy": (None, [vp]),
+            "rd_kafka_mock_cluster_bootstraps": (ctypes.c_char_p, [vp]),
+            "rd_kafka_mock_topic_create": (c_int, [vp, ctypes.c_char_p, c_int, c_int]),
+            "rd_kafka_mock_partition_set_leader": (c_int, [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32]),
+            "rd_kafka_mock_broker_set_rtt": (c_int, [vp, ctypes.c_int32, c_int]),
+            "rd_kafka_mock_broker_set_down": (c_int, [vp, ctypes.c_int32]),
+            "rd_kafka_mock_broker_set_up": (c_int, [vp, ctypes.c_int32]),
+            "rd_kafka_mock_start_request_tracking": (None, [vp]),
+            "rd_kafka_mock_stop_request_tracking": (None, [vp]),
+            "rd_kafka_mock_clear_requests": (None, [vp]),
+            "rd_kafka_mock_get_requests": (ctypes.POINTER(vp), [vp, c_size_p]),
+            "rd_kafka_mock_request_destroy_array": (None, [ctypes.POINTER(vp), ctypes.c_size_t]),
+            "rd_kafka_mock_request_id": (ctypes.c_int32, [vp]),
+            "rd_kafka_mock_request_api_key": (ctypes.c_int16, [vp]),
+            "rd_kafka_err2str": (ctypes.c_char_p, [c_int]),
+        }
+        for name, (restype, argtypes) in sigs.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        _lib = lib
+        return lib
+
+
+class MockKafkaCluster:
+    """`brokers` mock brokers (ids 1..brokers) speaking the Kafka protocol on 127.0.0.1.
+
+    Use it as a context manager, or call `close()`: the brokers live in native threads that only
+    `close()` stops.
+    """
+
+    def __init__(self, brokers: int = 3) -> None:
+        if not isinstance(brokers, int) or brokers < 1:
+            raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
+        self._lib = _load()
+        self.brokers = brokers
+        errstr = ctypes.create_string_buffer(512)
+        conf = self._lib.rd_kafka_conf_new()
+        # The handle only owns the cluster; keep it quiet and cheap.
+        for key, value in ((b"log_level", b"0"), (b"statistics.interval.ms", b"0")):
+            self._lib.rd_kafka_conf_set(conf, key, value, errstr, len(errstr))
+        self._rk = self._lib.rd_kafka_new(_RD_KAFKA_PRODUCER, conf, errstr, len(errstr))
+        if not self._rk:
+            self._lib.rd_kafka_conf_destroy(conf)
+            raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode(errors='replace')}")
+        self._mc = self._lib.rd_kafka_mock_cluster_new(self._rk, brokers)
+        if not self._mc:
+            self._lib.rd_kafka_destroy(self._rk)
+            self._rk = None
+            raise RuntimeError("rd_kafka_mock_cluster_new failed")
+        self.bootstrap_servers: str = self._lib.rd_kafka_mock_cluster_bootstraps(self._mc).decode()
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the brokers and free the cluster; safe to call twice."""
+        with self._lock:
+            if self._mc:
+                self._lib.rd_kafka_mock_cluster_destroy(self._mc)
+                self._mc = None
+            if self._rk:
+                self._lib.rd_kafka_destroy(self._rk)
+                self._rk = None
+
+    def __enter__(self) -> MockKafkaCluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A leaked cluster keeps native threads and ports alive; free it if the owner forgot.
+        if getattr(self, "_mc", None) or getattr(self, "_rk", None):
+            self.close()
+
+    # -- topology --------------------------------------------------------------------------------
+    def _cluster(self) -> int:
+        if not self._mc:
+            raise RuntimeError("the mock cluster is closed")
+        return self._mc
+
+    def _check(self, err: int, what: str) -> None:
+        if err != 0:
+            msg = self._lib.rd_kafka_err2str(err).decode(errors="replace")
+            raise ValueError(f"{what} failed: {msg} (error {err})")
+
+    def _check_broker(self, broker_id: int) -> None:
+        if not isinstance(broker_id, int) or not (1 <= broker_id <= self.brokers or broker_id == -1):
+            raise ValueError(f"broker_id must be in 1..{self.brokers} (or -1 for all), got {broker_id!r}")
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1) -> None:
+        """Create `name`; leaders are spread over the brokers by the mock."""
+        if not name:
+            raise ValueError(f"topic name must be non-empty, got {name!r}")
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        if not 1 <= replication_factor <= self.brokers:
+            raise ValueError(f"replication_factor must be in 1..{self.brokers}, got {replication_factor}")
+        err = self._lib.rd_kafka_mock_topic_create(self._cluster(), name.encode(), partitions, replication_factor)
+        self._check(err, f"create_topic({name!r})")
+
+    def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        self._check_broker(broker_id)
+        err = self._lib.rd_kafka_mock_partition_set_leader(self._cluster(), topic.encode(), partition, broker_id)
+        self._check(err, f"set_leader({topic!r}, {partition}, {broker_id})")
+
+    # -- faults ----------------------------------------------------------------------------------
+    def set_rtt(self, broker_id: int, ms: int) -> None:
+        """Delay every response of `broker_id` (-1: all brokers) by `ms` milliseconds."""
+        self._check_broker(broker_id)
+        if ms < 0:
+            raise ValueError(f"ms must be >= 0, got {ms}")
+        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._cluster(), broker_id, int(ms)), "set_rtt")
+
+    def set_down(self, broker_id: int) -> None:
+        """Disconnect clients and refuse new connections; leadership does not move."""
+        self._check_broker(broker_id)
+        self._check(self._lib.rd_kafka_mock_broker_set_down(self._cluster(), broker_id), "set_down")
+
+    def set_up(self, broker_id: int) -> None:
+        self._check_broker(broker_id)
+        self._check(self._lib.rd_kafka_mock_broker_set_up(self._cluster(), broker_id), "set_up")
+
+    # -- request counting (broker side) ----------------------------------------------------------
+    def start_request_tracking(self) -> None:
+        """Forget earlier requests and start recording every request the brokers receive."""
+        mc = self._cluster()
+        self._lib.rd_kafka_mock_clear_requests(mc)
+        self._lib.rd_kafka_mock_start_request_tracking(mc)
+
+    def stop_request_tracking(self) -> None:
+        self._lib.rd_kafka_mock_stop_request_tracking(self._cluster())
+
+    def clear_requests(self) -> None:
+        self._lib.rd_kafka_mock_clear_requests(self._cluster())
+
+    def requests(self, api_key: int | None = None) -> dict[int, int]:
+        """{broker_id: count} of tracked requests, optionally of one ApiKey."""
+        count = ctypes.c_size_t(0)
+        reqs = self._lib.rd_kafka_mock_get_requests(self._cluster(), ctypes.byref(count))
+        per_broker: Counter[int] = Counter()
+        if not reqs:
+            return {}
+        try:
+            for i in range(count.value):
+                req = reqs[i]
+                if api_key is None or self._lib.rd_kafka_mock_request_api_key(req) == api_key:
+                    per_broker[int(self._lib.rd_kafka_mock_request_id(req))] += 1
+        finally:
+            self._lib.rd_kafka_mock_request_destroy_array(reqs, count.value)
+        return dict(sorted(per_broker.items()))
+
+    def produce_requests(self) -> dict[int, int]:
+        """{broker_id: ProduceRequests received} since `start_request_tracking()`."""
+        return self.requests(PRODUCE_API_KEY)

@@ -1,0 +1,20 @@
+"""`rebalancer produce demo`: runs end to end against its own mock cluster; bad flags exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from rebalancer.cli import main
+
+pytestmark = pytest.mark.kafka
+
+
+def test_demo_runs_and_reports_broker_counted_requests(capsys):
+    assert main(["produce", "demo", "--messages", "3000", "--partitions", "30", "--rate", "100000", "--linger-ms", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "ProduceRequests (broker-counted)" in out and "3,001" in out  # acked: warm-up + 3000
+
+
+def test_demo_bad_flag_is_a_usage_error(capsys):
+    assert main(["produce", "demo", "--partitions", "0"]) == 2
+    assert "--partitions must be >= 1, got 0" in capsys.readouterr().err

@@ -1,0 +1,294 @@
+"""BatchingProducer against librdkafka's mock brokers: delivery, flush/stop, faults, request counts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+
+from rebalancer.produce import BatchingProducer, ProducerStoppedError
+from rebalancer.testing import MockKafkaCluster
+
+pytestmark = pytest.mark.kafka
+
+STAT_KEYS = {
+    "sends", "partitions_per_send_avg", "partitions_per_send_max", "msgs_per_request", "wait_ms_avg",
+    "wait_ms_p99", "triggers_by_reason", "in_flight", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99",
+    "acked", "failed", "produced",
+}  # fmt: skip
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+def offsets_by_partition(results) -> dict[int, list[int]]:
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for partition, offset in results:
+        by_partition[partition].append(offset)
+    return by_partition
+
+
+async def read_all(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = consumer.assignment()
+        while not partitions:
+            await asyncio.sleep(0.05)
+            partitions = consumer.assignment()
+        end = await consumer.end_offsets(list(partitions))
+        values: list[bytes] = []
+        while True:
+            positions = {tp: await consumer.position(tp) for tp in partitions}
+            if all(positions[tp] >= end[tp] for tp in partitions):
+                break
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                values.extend(r.value for r in records)
+        return values
+    finally:
+        await consumer.stop()
+
+
+# -- configuration -------------------------------------------------------------------------------
+def test_unknown_key_raises_listing_valid_keys():
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) 'linger'.*valid keys: .*bootstrap.servers.*broker.linger.ms"):
+        BatchingProducer({"bootstrap.servers": "x:1", "linger": 5})
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"broker.linger.ms": "half a second"}, "broker.linger.ms must be a number of milliseconds"),
+        ({"broker.batch.max.bytes": -10}, "broker.batch.max.bytes must be >= 1"),
+        ({"max.request.size": -1}, "max.request.size must be >= 1"),
+        ({"batch.size": 0}, "batch.size must be >= 1"),
+        ({"queue.buffering.max.messages": -1}, "queue.buffering.max.messages must be >= 1, got -1"),
+        ({"acks": 2}, "acks must be one of"),
+        ({"enable.idempotence": True, "acks": 1}, "acks must be all when enable.idempotence is true"),
+    ],
+)
+def test_bad_values_raise(config, message):
+    with pytest.raises(ValueError, match=message):
+        BatchingProducer({"bootstrap.servers": "x:1", **config})
+
+
+def test_bootstrap_servers_is_required():
+    with pytest.raises(ValueError, match=r"bootstrap\.servers is required"):
+        BatchingProducer({"broker.linger.ms": 5})
+
+
+def test_legacy_linger_ms_warns():
+    with pytest.warns(DeprecationWarning, match="linger.ms is deprecated"):
+        p = BatchingProducer({"bootstrap.servers": "x:1", "linger.ms": 5})
+    assert p.collector_config.legacy
+
+
+# -- delivery ------------------------------------------------------------------------------------
+def test_every_message_is_acked_with_its_offset(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(60)
+
+    async def main():
+        p = BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 50})
+        await p.start()
+        futures = [await p.send(topic, f"m{i}".encode(), partition=i % 60) for i in range(3000)]
+        await p.flush()
+        assert all(f.done() for f in futures)
+        results = [f.result() for f in futures]
+        stats = p.stats()
+        await p.stop()
+        return results, stats
+
+    results, stats = run(main())
+    by_partition = offsets_by_partition(results)
+    assert sorted(by_partition) == list(range(60))
+    for offsets in by_partition.values():
+        assert offsets == list(range(50))  # per-partition order kept, no gaps, no duplicates
+    assert STAT_KEYS <= set(stats)
+    assert (stats["produced"], stats["acked"], stats["failed"]) == (3000, 3000, 0)
+    assert stats["in_flight"] == 0 and stats["latency_ms_p99"] > 0
+
+
+def test_keys_pick_stable_partitions_and_random_spreads(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(12)
+
+    async def main():
+        async with BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+            keyed = [await p.send(topic, b"v", key=b"user-42") for _ in range(20)]
+            spread = [await p.send(topic, b"v") for _ in range(600)]
+            await p.flush()
+            with pytest.raises(ValueError, match="partition must be one of"):
+                await p.send(topic, b"v", partition=12)
+            with pytest.raises(ValueError, match="a message needs a key or a value"):
+                await p.send(topic, None)
+        return [f.result()[0] for f in keyed], {f.result()[0] for f in spread}
+
+    keyed, spread = run(main())
+    assert len(set(keyed)) == 1
+    assert spread == set(range(12))
+
+
+def test_flush_sends_now_not_at_linger(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(30)
+
+    async def main():
+        p = BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 600_000})
+        await p.start()
+        futures = [await p.send(topic, b"x", partition=i % 30) for i in range(300)]
+        await asyncio.sleep(0.2)
+        assert not any(f.done() for f in futures)  # ten minutes of linger: nothing left yet
+        await asyncio.wait_for(p.flush(), timeout=10)
+        assert all(f.done() and f.exception() is None for f in futures)
+        stats = p.stats()
+        await p.stop()
+        return stats
+
+    stats = run(main())
+    assert stats["triggers_by_reason"]["flush"] >= 3 and stats["triggers_by_reason"]["broker_linger"] == 0
+    assert stats["acked"] == stats["produced"] == 300
+
+
+def test_stop_flushes_and_later_sends_raise(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(9)
+
+    async def main():
+        p = BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 600_000})
+        with pytest.raises(RuntimeError, match="before start"):
+            await p.send(topic, b"x")
+        await p.start()
+        futures = [await p.send(topic, b"x", partition=i % 9) for i in range(90)]
+        await asyncio.wait_for(p.stop(), timeout=10)
+        assert all(f.done() and f.exception() is None for f in futures)
+        with pytest.raises(ProducerStoppedError, match="stopped"):
+            await p.send(topic, b"late")
+        await p.stop()  # idempotent
+        return p.stats()
+
+    stats = run(main())
+    assert stats["acked"] == stats["produced"] == 90 and stats["failed"] == 0
+
+
+def test_long_linger_many_partitions_few_broker_counted_requests(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(300)
+
+    async def main():
+        p = BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 1000})
+        await p.start()
+        await p.send(topic, b"warm-up", partition=0)  # metadata and connections first
+        await p.flush()
+        cluster.start_request_tracking()
+        futures = [await p.send(topic, b"x" * 100, partition=i % 300) for i in range(6000)]
+        await asyncio.gather(*futures)
+        stats = p.stats()
+        await p.stop()
+        return stats
+
+    stats = run(main())
+    counted = cluster.produce_requests()
+    partitions_with_data = 300
+    assert sum(counted.values()) <= 2 * 3, counted  # one window: about one request per broker
+    assert sum(counted.values()) * 50 < partitions_with_data
+    assert set(counted) == {1, 2, 3}
+    assert stats["triggers_by_reason"]["broker_linger"] >= 3
+    assert stats["msgs_per_request"] >= 1000
+
+
+# -- faults --------------------------------------------------------------------------------------
+async def _produce_through_outage(cluster: MockKafkaCluster, topic: str, config: dict, *, down_s: float):
+    p = BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 20, **config})
+    await p.start()
+    futures: list[asyncio.Future] = []
+    payloads: list[bytes] = []
+    partitions: list[int] = []
+
+    async def feed(seconds: float) -> None:
+        end = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < end:
+            for _ in range(50):
+                payload = f"m{len(payloads)}".encode()
+                payloads.append(payload)
+                partitions.append(len(payloads) % 12)
+                futures.append(await p.send(topic, payload, partition=partitions[-1]))
+            await asyncio.sleep(0.01)
+
+    try:
+        await feed(0.3)
+        cluster.set_down(2)
+        await feed(down_s)
+        cluster.set_up(2)
+        await feed(0.3)
+        await asyncio.wait_for(p.flush(), timeout=40)
+    finally:
+        cluster.set_up(2)
+    stats = p.stats()
+    on_broker_2 = {q for q in range(12) if p.partition_leader(topic, q) == 2}
+    await p.stop()
+    return futures, payloads, partitions, on_broker_2, stats
+
+
+def test_broker_down_then_up_idempotent_every_message_acked_once(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(12)
+
+    async def main():
+        futures, payloads, _, on_broker_2, stats = await _produce_through_outage(
+            cluster, topic, {"enable.idempotence": True, "retry.backoff.ms": 50}, down_s=1.0
+        )
+        stored = await read_all(cluster.bootstrap_servers, topic)
+        return futures, payloads, on_broker_2, stats, stored
+
+    futures, payloads, on_broker_2, stats, stored = run(main())
+    assert on_broker_2 and stats["retries"] > 0  # the outage really hit some requests
+    assert all(f.done() for f in futures)
+    assert stats["acked"] + stats["failed"] == stats["produced"] == len(payloads)
+    assert stats["failed"] == 0 and stats["acked"] == len(payloads)  # idempotent: retried until the broker is back
+    assert sorted(stored) == sorted(payloads)  # every message stored exactly once
+    for offsets in offsets_by_partition(f.result() for f in futures).values():
+        assert len(offsets) == len(set(offsets))
+
+
+def test_broker_down_beyond_delivery_timeout_fails_with_errors(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(12)
+
+    async def main():
+        return await _produce_through_outage(
+            cluster, topic, {"delivery.timeout.ms": 300, "retry.backoff.ms": 50}, down_s=1.2
+        )
+
+    futures, payloads, partitions, on_broker_2, stats = run(main())
+    assert all(f.done() for f in futures)
+    failed = [i for i, f in enumerate(futures) if f.exception() is not None]
+    acked = [i for i, f in enumerate(futures) if f.exception() is None]
+    assert stats["acked"] + stats["failed"] == stats["produced"] == len(payloads)
+    assert len(failed) == stats["failed"] > 0 and len(acked) == stats["acked"] > 0
+    assert all(isinstance(futures[i].exception(), KafkaError) for i in failed)  # each failure carries its error
+    assert sum(stats["errors"].values()) == stats["failed"]
+    assert {partitions[i] for i in failed} <= on_broker_2  # only the downed broker's partitions fail
+    assert {futures[i].result()[0] for i in acked} == set(range(12))
+
+
+def test_buffer_limit_applies_backpressure_without_losing_messages(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(6)
+
+    async def main():
+        p = BatchingProducer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 60_000, "queue.buffering.max.messages": 50}
+        )
+        await p.start()
+        outstanding_max = 0
+        futures = []
+        for i in range(400):
+            futures.append(await p.send(topic, b"x", partition=i % 6))
+            stats = p.stats()
+            outstanding_max = max(outstanding_max, stats["produced"] - stats["acked"] - stats["failed"])
+        await p.stop()
+        return futures, outstanding_max, p.stats()
+
+    futures, outstanding_max, stats = run(main())
+    assert outstanding_max <= 50  # never more unresolved messages than the limit
+    assert stats["backpressure_waits"] >= 1
+    assert stats["acked"] == stats["produced"] == 400 and all(f.exception() is None for f in futures)
+    by_partition = offsets_by_partition(f.result() for f in futures)
+    assert all(offsets == list(range(len(offsets))) for offsets in by_partition.values())
