@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy, sorted_candidates
+from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
 
 
@@ -36,7 +36,7 @@ class _InFlight:
     cycle: int
 
 
-class BalancedShedder(LoadSheddingStrategy, PlacementStrategy):
+class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
     """Shedding and placement in one plan; see the module docstring."""
 
     name = "BalancedShedder"
@@ -53,7 +53,7 @@ class BalancedShedder(LoadSheddingStrategy, PlacementStrategy):
         no_return_cycles: int = 120,
         in_flight_timeout_cycles: int = 5,
     ) -> None:
-        PlacementStrategy.__init__(self, seed)
+        PlanBoundPlacement.__init__(self, seed)
         for name, value in (
             ("low_hits", low_hits),
             ("high_hits", high_hits),
@@ -77,7 +77,6 @@ class BalancedShedder(LoadSheddingStrategy, PlacementStrategy):
         self.hits: dict[str, int] = {}
         self.in_flight: dict[str, _InFlight] = {}
         self.departures: dict[str, dict[str, int]] = {}
-        self.bundle_broker_plan: dict[str, str] = {}
         self.preallocated: dict[str, dict[str, float]] = {}
 
     # -- estimates ---------------------------------------------------------------------------------
@@ -220,16 +219,9 @@ class BalancedShedder(LoadSheddingStrategy, PlacementStrategy):
 
     # -- placement ---------------------------------------------------------------------------------
 
-    def select_broker(
-        self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
-    ) -> str | None:
-        ordered = sorted_candidates(candidates, cluster)
-        cluster.check_bundle(bundle)
-        if not ordered:
-            return None
-        planned = self.bundle_broker_plan.pop(bundle, None)
-        if planned is not None and planned in candidates:
-            return planned
+    def unplanned_broker(
+        self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> str:
         # Fallback (cluster start, broker failure): least predicted usage, counting bundles placed
         # since the last report, so a burst of placements spreads instead of piling on one broker.
         for placed in self.preallocated.values():

@@ -40,6 +40,34 @@ class PlacementStrategy(ABC):
         """Forget state about brokers that left."""
 
 
+class PlanBoundPlacement(PlacementStrategy):
+    """Placement bound to the strategy's own shedding plan (PIP-364): a bundle it unloaded goes where
+    the plan said. Keyed by bundle name, and an entry is dropped once used (Pulsar keyed it by a
+    mutable stats object, so entries became unreachable: apache/pulsar#26246)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.bundle_broker_plan: dict[str, str] = {}
+
+    def select_broker(
+        self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> str | None:
+        ordered = sorted_candidates(candidates, cluster)
+        cluster.check_bundle(bundle)
+        if not ordered:
+            return None
+        planned = self.bundle_broker_plan.pop(bundle, None)
+        if planned is not None and planned in candidates:
+            return planned
+        return self.unplanned_broker(ordered, bundle, cluster, conf)
+
+    @abstractmethod
+    def unplanned_broker(
+        self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> str:
+        """The broker for a bundle the plan says nothing about (cluster start, broker failure)."""
+
+
 def sorted_candidates(candidates: Iterable[str], cluster: ClusterLoad) -> list[str]:
     """Validated candidates in a fixed order, so seeded random choices are reproducible."""
     return sorted(cluster.check_candidates(candidates))

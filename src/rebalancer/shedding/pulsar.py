@@ -15,7 +15,13 @@ import logging
 import math
 import zlib
 
-from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy, descending, sorted_candidates
+from rebalancer.shedding.base import (
+    LoadSheddingStrategy,
+    PlacementStrategy,
+    PlanBoundPlacement,
+    descending,
+    sorted_candidates,
+)
 from rebalancer.shedding.model import MB, ClusterLoad, ShedderConfig
 
 log = logging.getLogger(__name__)
@@ -203,14 +209,13 @@ class UniformLoadShedder(LoadSheddingStrategy):
         return selected
 
 
-class AvgShedder(LoadSheddingStrategy, PlacementStrategy):
+class AvgShedder(LoadSheddingStrategy, PlanBoundPlacement):
     """PIP-364: pair highest with lowest brokers, require repeated hits, bind shedding to placement."""
 
     name = "AvgShedder"
 
     def __init__(self, seed: int | None = None) -> None:
-        PlacementStrategy.__init__(self, seed)
-        self.bundle_broker_plan: dict[str, str] = {}
+        PlanBoundPlacement.__init__(self, seed)
         self.broker_scores: dict[str, float] = {}
         self.hit_count_high: dict[str, int] = {}
         self.hit_count_low: dict[str, int] = {}
@@ -295,16 +300,9 @@ class AvgShedder(LoadSheddingStrategy, PlacementStrategy):
                 self.bundle_broker_plan[name] = low
                 remaining -= traffic
 
-    def select_broker(
-        self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
-    ) -> str | None:
-        ordered = sorted_candidates(candidates, cluster)
-        cluster.check_bundle(bundle)
-        if not ordered:
-            return None
-        planned = self.bundle_broker_plan.pop(bundle, None)
-        if planned is not None and planned in candidates:
-            return planned
+    def unplanned_broker(
+        self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> str:
         # Cluster start, broker shutdown or a plan for a broker that left: hash a random number, as
         # Pulsar does, so one dead broker's bundles do not all land on the same neighbour.
         token = str(self._rng.randrange(-(2**31), 2**31)).encode()

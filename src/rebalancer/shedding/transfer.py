@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import math
 
-from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy, sorted_candidates
+from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
 
 
-class TransferShedder(LoadSheddingStrategy, PlacementStrategy):
+class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
     """Unload from the highest to the lowest brokers until the usage std meets the target."""
 
     name = "TransferShedder"
 
     def __init__(self, seed: int | None = None) -> None:
-        PlacementStrategy.__init__(self, seed)
+        PlanBoundPlacement.__init__(self, seed)
         self.weighted_max_ema: dict[str, float] = {}
         self.msg_throughput_ema: dict[str, float] = {}
         self.unload_condition_hit_count = 0
         self.recently_unloaded_brokers: dict[str, float] = {}
-        self.bundle_broker_plan: dict[str, str] = {}
 
     def _update_emas(self, cluster: ClusterLoad, conf: ShedderConfig) -> None:
         pct = conf.history_resource_percentage
@@ -158,17 +157,10 @@ class TransferShedder(LoadSheddingStrategy, PlacementStrategy):
                 self.recently_unloaded_brokers[broker] = now
         return selected
 
-    def select_broker(
-        self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
-    ) -> str | None:
+    def unplanned_broker(
+        self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> str:
         """The transfer destination; otherwise the extensible manager's LeastResourceUsageWithWeight."""
-        ordered = sorted_candidates(candidates, cluster)
-        cluster.check_bundle(bundle)
-        if not ordered:
-            return None
-        planned = self.bundle_broker_plan.pop(bundle, None)
-        if planned is not None and planned in candidates:
-            return planned
         known = [b for b in ordered if b in self.weighted_max_ema]
         best: list[str] = []
         if known:
