@@ -1,10 +1,13 @@
 """BatchQueue behaviour (issue 2 §2): partitions, scheduling, the drain loop, handlers, buffers, shutdown.
 
-Waits poll a condition against a generous deadline; nothing here asserts how fast anything is.
+Waits poll a condition against a generous deadline. Nothing asserts throughput; the backoff tests check
+the shape of the idle sleeps (they grow, stop at the cap, reset on data) with wide margins, leaning on
+lower bounds because a sleep never ends early, however loaded the machine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
@@ -709,6 +712,59 @@ def test_handler_exception_without_error_handler_is_logged(
     assert (s.produced, s.dispatched, s.failed) == (6, 6, 5)
 
 
+def test_base_exception_from_handler_goes_to_error_handler_and_worker_survives(wait_until: WaitUntil) -> None:
+    # error_handler takes a BaseException: a handler may raise one that is not an Exception, such as
+    # asyncio.CancelledError from async client code. The batch is still failed, the worker still lives.
+    errors: list[tuple[list[Any], BaseException]] = []
+
+    def cancelled_once(batch: list) -> None:
+        if batch[0].id == 0:
+            raise asyncio.CancelledError("client shut down")
+
+    q = BatchQueueManager.create(
+        "base-exception", config(error_handler=lambda batch, exc: errors.append((list(batch), exc)))
+    )
+    ok = Recorder()
+    q.add_handler(Alpha, cancelled_once)
+    q.add_handler(Beta, ok)
+    assert q.produce(Alpha(0))
+    assert wait_until(lambda: len(errors) == 1, timeout=5)
+    assert isinstance(errors[0][1], asyncio.CancelledError)
+    assert [i.id for i in errors[0][0]] == [0]
+    assert q.produce(Alpha(1)) and q.produce(Beta(2))
+    assert wait_until(lambda: ok.count == 1, timeout=5), "the drain worker must survive a BaseException"
+    BatchQueueManager.shutdown("base-exception")
+    s = q.stats()
+    assert (s.produced, s.dispatched, s.failed) == (3, 3, 1)
+
+
+def test_on_idle_exception_is_logged_and_worker_survives(
+    caplog: pytest.LogCaptureFixture, wait_until: WaitUntil
+) -> None:
+    caplog.set_level(logging.DEBUG)
+
+    class BadIdle(Recorder):
+        def on_idle(self) -> None:
+            super().on_idle()
+            raise RuntimeError("distinctive-idle-failure")
+
+    handler = BadIdle()
+    q = BatchQueueManager.create("idle-raises", config())
+    q.add_handler(Alpha, handler)
+    assert q.produce(Alpha(0))
+    assert wait_until(lambda: handler.count == 1 and handler.idle_calls >= 2)
+    assert q.produce(Alpha(1))
+    assert wait_until(lambda: handler.count == 2), "the drain worker must survive an on_idle exception"
+    assert any(
+        r.levelno >= logging.WARNING
+        and (
+            "distinctive-idle-failure" in r.getMessage()
+            or (r.exc_info and "distinctive" in str(r.exc_info[1]))
+        )
+        for r in caplog.records
+    )
+
+
 def test_single_consumer_exception_goes_to_error_handler(wait_until: WaitUntil) -> None:
     errors: list[tuple[list[Any], BaseException]] = []
     good: list[int] = []
@@ -753,7 +809,10 @@ def test_blocking_blocks_producer_while_partition_full(wait_until: WaitUntil) ->
     assert result == [True]
     assert wait_until(lambda: sink.count == 5)
     assert [i.id for i in sink.items] == [0, 1, 2, 3, 4]
-    assert q.stats().dropped == 0
+    s = q.stats()
+    assert (s.produced, s.dispatched, s.dropped) == (6, 6, 0), (
+        "the blocked item counts as produced once accepted"
+    )
 
 
 def test_if_possible_drops_when_full_and_counts(wait_until: WaitUntil) -> None:
@@ -828,3 +887,35 @@ def test_shutdown_waits_for_in_flight_dispatch_then_drains_everything(
     assert reconciles(s)
     assert wait_until(lambda: not worker_threads("drain")), "shutdown stops the drain workers"
     assert BatchQueueManager.get("drain") is None
+
+
+def test_producer_blocked_at_shutdown_is_released_and_counts_reconcile(wait_until: WaitUntil) -> None:
+    # A BLOCKING producer waiting on a full partition when shutdown starts must not hang: either its
+    # item is accepted and delivered, or produce() returns False and the item is not counted as produced.
+    q = BatchQueueManager.create(
+        "blocked-at-shutdown", config(buffer_size=2, strategy=BufferStrategy.BLOCKING)
+    )
+    gate = Gate()
+    q.add_handler(GateItem, gate)
+    sink = Recorder()
+    q.add_handler(Alpha, sink)
+    stall(q, gate)
+    assert q.produce(Alpha(0)) and q.produce(Alpha(1))
+    result: list[bool] = []
+    producer = threading.Thread(target=lambda: result.append(q.produce(Alpha(2))))
+    producer.start()
+    time.sleep(0.1)
+    assert producer.is_alive(), "the partition is full: the producer must be blocked"
+    shutter = threading.Thread(target=BatchQueueManager.shutdown, args=("blocked-at-shutdown",))
+    shutter.start()
+    time.sleep(0.1)
+    gate.release.set()
+    shutter.join(10)
+    producer.join(10)
+    assert not shutter.is_alive() and not producer.is_alive()
+    assert len(result) == 1
+    expected = [0, 1, 2] if result[0] else [0, 1]
+    assert sorted(i.id for i in sink.items) == expected
+    s = q.stats()
+    assert s.produced == len(expected) + 1 == s.dispatched
+    assert reconciles(s)

@@ -195,3 +195,90 @@ def test_partitions_grow_while_running_without_loss_or_duplication(wait_until: W
     assert_exactly_once(handlers, np.array(accepted[0] + accepted[1]))
     s = q.stats()
     assert (s.produced, s.dispatched, s.unhandled, s.dropped) == (total, total, 0, 0)
+
+
+def test_one_handler_object_for_many_types_is_never_entered_twice() -> None:
+    # The guarantee is per handler object: one instance registered for 12 types, whose partitions are
+    # spread over 4 workers, must still see one call at a time.
+    class SharedAccumulator(Accumulator):
+        def consume(self, batch: list) -> None:
+            if self.inside:
+                self.reentries += 1
+            self.inside = True
+            try:
+                count = self.count
+                self.ids.extend(item.id for item in batch)
+                time.sleep(0.0002)
+                self.count = count + len(batch)
+            finally:
+                self.inside = False
+
+    types = make_types(12, "Shared")
+    q = BatchQueueManager.create(
+        "SHARED-HANDLER",
+        BatchQueueConfig(
+            threads=ThreadPolicy.fixed(4),
+            partitions=PartitionPolicy.fixed(12),
+            buffer_size=100_000,
+            min_idle_ms=1,
+            max_idle_ms=2,
+        ),
+    )
+    handler = SharedAccumulator(object)
+    for t in types:
+        q.add_handler(t, handler)
+    total = 60_000
+    for j in range(total):
+        assert q.produce(make_item(types[j % 12], j))
+        if j % 5000 == 0:
+            time.sleep(0.005)
+    BatchQueueManager.shutdown("SHARED-HANDLER")
+    assert handler.reentries == 0
+    assert handler.count == total
+    assert_exactly_once([handler], np.arange(total))
+
+
+def test_if_possible_under_contention_every_item_is_delivered_or_counted_dropped() -> None:
+    producers, per_producer = 4, 50_000
+    types = make_types(16, "Drop")
+    q = BatchQueueManager.create(
+        "DROPPING",
+        BatchQueueConfig(
+            threads=ThreadPolicy.fixed(2),
+            partitions=PartitionPolicy.fixed(8),
+            buffer_size=64,
+            strategy=BufferStrategy.IF_POSSIBLE,
+            min_idle_ms=1,
+            max_idle_ms=5,
+        ),
+    )
+    handlers = [Accumulator(t) for t in types]
+    for t, h in zip(types, handlers):
+        q.add_handler(t, h)
+    accepted: list[list[int]] = [[] for _ in range(producers)]
+    refused = [0] * producers
+    start = threading.Barrier(producers)
+
+    def produce(p: int) -> None:
+        start.wait()
+        for j in range(per_producer):
+            item_id = p * per_producer + j
+            if q.produce(make_item(types[item_id % 16], item_id)):
+                accepted[p].append(item_id)
+            else:
+                refused[p] += 1
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    BatchQueueManager.shutdown("DROPPING")
+    kept = [i for ids in accepted for i in ids]
+    s = q.stats()
+    assert s.dropped == sum(refused) > 0, "a 64-slot buffer against 4 producers must drop, and count it"
+    assert s.produced == len(kept) == producers * per_producer - sum(refused)
+    assert s.produced == s.dispatched + s.unhandled and s.unhandled == 0
+    assert [h.reentries for h in handlers] == [0] * 16
+    assert_exactly_once(handlers, np.array(kept))

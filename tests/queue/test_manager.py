@@ -280,3 +280,24 @@ def test_bad_config_raises_value_error_naming_field_and_value(
     missing = [f for f in fragments if f not in message]
     assert not missing, f"message {message!r} does not name {missing}"
     assert BatchQueueManager.get("BAD") is None
+
+
+def test_concurrent_create_if_absent_yields_one_queue() -> None:
+    barrier = threading.Barrier(8)
+    got: list[object] = []
+    lock = threading.Lock()
+
+    def racer() -> None:
+        barrier.wait()
+        q = BatchQueueManager.create_if_absent("RACE", dedicated())
+        with lock:
+            got.append(q)
+
+    threads = [threading.Thread(target=racer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 8
+    assert all(q is got[0] for q in got)
+    assert BatchQueueManager.get("RACE") is got[0]

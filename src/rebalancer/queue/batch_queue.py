@@ -10,6 +10,7 @@ inside it. A lock per handler object backs that guarantee for custom selectors a
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import math
@@ -277,10 +278,12 @@ class BatchQueue:
                 home = min(range(len(kinds)), key=lambda p: (len(kinds[p]), p))  # an empty partition first
             else:
                 home = len(self._handlers) % len(self._parts)
-            held = self._locks.get(id(handler))
+            # one lock per object: `obj.consume` registered twice is two bound methods, one object
+            target = getattr(handler, "__self__", None) if inspect.ismethod(handler) else handler
+            held = self._locks.get(id(target))
             if held is None:
-                held = (handler, threading.Lock())
-                self._locks[id(handler)] = held
+                held = (target, threading.Lock())
+                self._locks[id(target)] = held
             self._handlers[item_type] = _Handler(handler, consume, on_idle, held[1], home)
             if self.config.selector is None and route is None:
                 self._route_type(item_type, home)
@@ -455,13 +458,15 @@ class BatchQueue:
             else:
                 with h.lock:
                     h.consume(batch)
-        except Exception as exc:
+        except BaseException as exc:  # the worker must survive whatever a handler raises
             w.failed += len(batch)
             self._on_error(batch, exc)
+            if isinstance(exc, KeyboardInterrupt | SystemExit) and threading.current_thread() is threading.main_thread():
+                raise  # the shutdown drain runs on the caller's thread: let Ctrl-C through there
         finally:
             w.dispatched += len(batch)
 
-    def _on_error(self, batch: list[Any], exc: Exception) -> None:
+    def _on_error(self, batch: list[Any], exc: BaseException) -> None:
         handler = self.config.error_handler
         if handler is None:
             log.error("BatchQueue[%s]: handler failed on a batch of %d", self.name, len(batch), exc_info=exc)
@@ -504,7 +509,7 @@ class BatchQueue:
         with h.lock:
             try:
                 h.on_idle()  # type: ignore[misc]
-            except Exception:
+            except BaseException:
                 log.exception("BatchQueue[%s]: on_idle raised", self.name)
 
     # ------------------------------------------------------------------ ownership changes
