@@ -103,7 +103,7 @@ def test_growth_and_throughput_rebalancing_keep_running_on_top():
         for n in range(100):
             q.produce(item(t, n))
     assert wait_until(lambda: all(len(h.seen) == 100 for h in handlers.values()))
-    assert -1 not in q.stats().owners
+    assert wait_until(lambda: -1 not in q.stats().owners)  # -1 only while a handoff is in flight
     # skew: one hot type; the periodic throughput rebalance still acts with elastic workers
     hot = first[0]
     deadline = time.monotonic() + 5
