@@ -31,8 +31,20 @@ def build_session(
         .config("spark.driver.memory", os.environ.get("REBALANCER_DRIVER_MEMORY", "4g"))
         .config("spark.ui.showConsoleProgress", "false")
     )
+    if shuffle_partitions is None and master and master.startswith("local"):
+        # 200 shuffle partitions cost seconds per small aggregation on one machine; a cluster keeps its own.
+        shuffle_partitions = 2 * _local_cores(master)
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _local_cores(master: str) -> int:
+    """Cores of a local[N] / local[*] master."""
+    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    head = inside.split(",")[0].strip()
+    if head == "*" or not head.isdigit():
+        return os.cpu_count() or 1
+    return max(int(head), 1)

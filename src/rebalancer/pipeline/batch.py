@@ -1,0 +1,231 @@
+"""`rebalancer pipeline run` in batch mode: read, quarantine, plan, dispatch, persist, summarise."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.pipeline.dispatch import PARTITIONINGS, dispatch
+from rebalancer.pipeline.ingest import (
+    REASONS,
+    InputSpec,
+    accepted_rows,
+    classify,
+    quarantine_rows,
+    read_raw,
+)
+from rebalancer.pipeline.slots import SHARD_BUCKETS, SlotPlan, hash_plan, make_plan, plan_items
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class InputCounts:
+    """The cheap first pass: reconciliation counts and per-type (and per-shard) volumes."""
+
+    ingested: int = 0
+    accepted: int = 0
+    quarantined: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    type_counts: dict[str, int] = field(default_factory=dict)
+    bucket_counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    hash_slots: dict[str, int] = field(default_factory=dict)
+
+
+def count_input(classified: DataFrame, partitions: int) -> InputCounts:
+    """One small aggregation over the classified rows gives every count the run needs."""
+    from pyspark.sql import functions as F
+
+    good = F.col("reason").isNull()
+    type_text = F.col("type").cast("string")
+    rows = (
+        classified.groupBy(
+            F.col("reason"),
+            F.when(good, type_text).alias("t"),
+            F.when(good, F.pmod(F.hash(F.col("entity").cast("string")), F.lit(SHARD_BUCKETS))).alias("b"),
+            F.when(good, F.pmod(F.hash(type_text), F.lit(partitions))).alias("h"),
+        )
+        .count()
+        .collect()
+    )
+    counts = InputCounts()
+    for reason, type_name, bucket, hash_slot, count in rows:
+        counts.ingested += count
+        if reason is not None:
+            counts.quarantined += count
+            counts.reasons[reason] = counts.reasons.get(reason, 0) + count
+            continue
+        counts.accepted += count
+        counts.type_counts[type_name] = counts.type_counts.get(type_name, 0) + count
+        counts.bucket_counts[(type_name, int(bucket))] = count
+        counts.hash_slots[type_name] = int(hash_slot)
+    counts.reasons = {reason: counts.reasons[reason] for reason in REASONS if reason in counts.reasons}
+    return counts
+
+
+def skew_ratio(values: list[int] | list[float]) -> float | None:
+    """max/median over all tasks; None when the median task is empty."""
+    if not values:
+        return None
+    median = statistics.median(values)
+    return round(max(values) / median, 4) if median > 0 else None
+
+
+def load_previous_plan(out: Path, partitions: int) -> dict[str, int] | None:
+    """The previous run's item -> slot map, if it was made for the same number of slots."""
+    path = out / "plan.json"
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if saved.get("partitions") != partitions:
+        return None
+    return {str(k): int(v) for k, v in saved.get("items", {}).items()}
+
+
+def load_previous_summary(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def build_plan(
+    counts: InputCounts,
+    partitioning: str,
+    partitions: int,
+    previous: dict[str, int] | None,
+    group_cost: int = 0,
+) -> SlotPlan:
+    if partitioning == "hash":
+        return hash_plan(counts.type_counts, counts.hash_slots, partitions)
+    items, sharded, shard_of = plan_items(counts.type_counts, counts.bucket_counts, partitions)
+    return make_plan(items, sharded, partitions, previous=previous, group_cost=group_cost, shard_of=shard_of)
+
+
+def _spark_error(exc: Exception) -> ValueError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ValueError(f"cannot read input: {first[:300]}")
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+def run_batch(
+    spark: SparkSession,
+    spec: InputSpec,
+    out: str | Path,
+    partitioning: str = "weighted",
+    partitions: int | None = None,
+    progress: Progress | None = None,
+    report: bool = True,
+    group_cost: int = 0,
+) -> dict[str, Any]:
+    """The whole batch run; returns the summary it also writes to OUT/summary.json.
+
+    `group_cost` (rows-equivalent of one handler call) makes the weighted plan balance estimated
+    work instead of rows alone; see `slots.make_plan`.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark import StorageLevel
+    from pyspark.errors import PySparkException
+
+    if partitioning not in PARTITIONINGS:
+        raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
+    partitions = partitions or spark.sparkContext.defaultParallelism
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    out = Path(out)
+    step = progress or (lambda _stage: None)
+    started = time.perf_counter()
+    stage_seconds: dict[str, float] = {}
+
+    def mark(stage: str, since: float) -> float:
+        now = time.perf_counter()
+        stage_seconds[stage] = round(now - since, 3)
+        return now
+
+    step("read and count")
+    t = time.perf_counter()
+    classified = classify(read_raw(spark, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        try:
+            counts = count_input(classified, partitions)
+        except (PySparkException, Py4JJavaError) as exc:
+            # The first action reads every file: a file Spark cannot read fails here, before any output.
+            raise _spark_error(exc) from exc
+        t = mark("read_and_count", t)
+
+        step("plan")
+        previous_plan = load_previous_plan(out, partitions)
+        previous_summary = load_previous_summary(out)
+        plan = build_plan(counts, partitioning, partitions, previous_plan, group_cost)
+        projected_hash = hash_plan(counts.type_counts, counts.hash_slots, partitions)
+        t = mark("plan", t)
+
+        out.mkdir(parents=True, exist_ok=True)
+        step("quarantine")
+        quarantine_rows(classified).write.mode("overwrite").parquet(str(out / "quarantine"))
+        t = mark("quarantine", t)
+
+        step("dispatch and persist")
+        job = dispatch(accepted_rows(classified), partitioning, partitions, plan)
+        (
+            job.metrics.write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy("date")
+            .parquet(str(out / "metrics"))
+        )
+        task_rows, task_seconds = job.task_stats()
+        t = mark("dispatch", t)
+    finally:
+        classified.unpersist()
+
+    summary: dict[str, Any] = {
+        "input": str(spec.path),
+        "format": spec.format,
+        "output": str(out),
+        "ingested": counts.ingested,
+        "accepted": counts.accepted,
+        "quarantined": counts.quarantined,
+        "quarantine_reasons": counts.reasons,
+        "types": len(counts.type_counts),
+        "partitions": partitions,
+        "partitioning": partitioning,
+        "group_cost": group_cost,
+        "sharded_types": plan.sharded,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "stage_seconds": stage_seconds,
+        "task_rows": task_rows,
+        "task_seconds": task_seconds,
+        "skew_ratio": skew_ratio(task_rows),
+        "seconds_skew_ratio": skew_ratio(task_seconds),
+        "planned_load": plan.load_after,
+        "hash_load": projected_hash.load_after,
+        "top_types": dict(sorted(counts.type_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:15]),
+    }
+    if counts.ingested != counts.accepted + counts.quarantined:
+        raise RuntimeError("reconciliation failed: ingested != accepted + quarantined")
+    write_json(out / "plan.json", {"partitioning": partitioning, **plan.to_json()})
+    if report:
+        step("report")
+        from rebalancer.pipeline.report import write_report
+
+        write_report(out / "report.html", summary, plan, previous_summary)
+        summary["elapsed_s"] = round(time.perf_counter() - started, 3)
+    write_json(out / "summary.json", summary)
+    return summary

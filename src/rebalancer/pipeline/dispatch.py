@@ -1,0 +1,70 @@
+"""The grouped-map stage: every type's rows go to one handler call, on the task its slot names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.pipeline.handler import HANDLER_SCHEMA, TaskStatsParam, make_handler, task_stats
+from rebalancer.pipeline.slots import SlotPlan, with_slot_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+PARTITIONINGS = ("weighted", "hash")
+SLOT_KEY = "_slot_key"
+
+
+@dataclass
+class Dispatch:
+    """The metrics frame (lazy) and the accumulator its tasks report rows and seconds to."""
+
+    metrics: DataFrame
+    stats: Any
+    partitions: int
+
+    def task_stats(self) -> tuple[list[int], list[float]]:
+        """Rows and seconds per task; valid after an action has run `metrics`."""
+        return task_stats(self.stats.value, self.partitions)
+
+
+def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: SlotPlan | None = None) -> Dispatch:
+    """Metrics per (type, entity, minute) from accepted rows (type, entity, minute seconds, value).
+
+    hash: `repartition(n, type)`, Spark's default placement, one group per type.
+    weighted: `repartition(n, slot key)` with keys that land exactly on the planned slots; the
+    grouping (slot key, type) is clustered by that partitioning, so Spark adds no second exchange.
+    """
+    from pyspark.sql import functions as F
+
+    if partitioning not in PARTITIONINGS:
+        raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    spark = accepted.sparkSession
+    stats = spark.sparkContext.accumulator({}, TaskStatsParam())
+    handler = make_handler(stats)
+    columns = ["type", "entity", "minute", "value"]
+    if partitioning == "hash":
+        grouped = accepted.select(*columns).repartition(partitions, "type").groupBy("type")
+    else:
+        if plan is None or plan.partitions != partitions:
+            raise ValueError("weighted partitioning needs a plan for the same number of partitions")
+        keyed = with_slot_key(accepted.select(*columns), plan, SLOT_KEY).select(SLOT_KEY, *columns)
+        grouped = keyed.repartition(partitions, SLOT_KEY).groupBy(SLOT_KEY, "type")
+    result = grouped.applyInPandas(handler, HANDLER_SCHEMA)
+    metrics = result.select(
+        "type",
+        "entity",
+        F.timestamp_seconds("minute").alias("minute"),
+        "count",
+        "sum",
+        "min",
+        "max",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        F.date_format(F.timestamp_seconds("minute"), "yyyy-MM-dd").alias("date"),
+    )
+    return Dispatch(metrics=metrics, stats=stats, partitions=partitions)

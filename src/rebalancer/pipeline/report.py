@@ -1,0 +1,109 @@
+"""OUT/report.html: one self-contained file, charts embedded as base64 PNGs."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from rebalancer.pipeline.slots import SlotPlan
+
+
+def _png(figure: Any) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _bars(series: list[tuple[str, list[float]]], title: str, ylabel: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axis = plt.subplots(figsize=(8, 3.2))
+    width = 0.8 / max(len(series), 1)
+    for index, (label, values) in enumerate(series):
+        positions = np.arange(len(values)) + index * width
+        axis.bar(positions, values, width=width, label=label)
+    count = max((len(values) for _, values in series), default=0)
+    step = max(1, count // 16)
+    ticks = np.arange(0, count, step)
+    axis.set_xticks(ticks + width * (len(series) - 1) / 2, [str(t) for t in ticks])
+    axis.set_title(title)
+    axis.set_xlabel("task (slot)")
+    axis.set_ylabel(ylabel)
+    axis.legend()
+    return _png(figure)
+
+
+def _hbars(labels: list[str], values: list[float], title: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, max(2.0, 0.28 * len(labels) + 0.8)))
+    axis.barh(labels[::-1], values[::-1], color="#c0504d")
+    axis.set_title(title)
+    return _png(figure)
+
+
+def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None) -> str:
+    charts: list[tuple[str, str]] = []
+    after_label = f"{summary['partitioning']} (this run)"
+    charts.append(
+        (
+            "Rows per task",
+            _bars(
+                [("hash placement (before)", summary["hash_load"]), (after_label, summary["task_rows"])],
+                "Rows per task: Spark's hash placement vs this run",
+                "rows",
+            ),
+        )
+    )
+    seconds: list[tuple[str, list[float]]] = []
+    if previous and len(previous.get("task_seconds", [])) == len(summary["task_seconds"]):
+        seconds.append((f"{previous.get('partitioning')} (previous run)", previous["task_seconds"]))
+    seconds.append((after_label, summary["task_seconds"]))
+    charts.append(("Seconds per task", _bars(seconds, "Handler seconds per task", "seconds")))
+    top = summary["top_types"]
+    charts.append(("Top hot types", _hbars(list(top), list(top.values()), "Accepted rows of the hottest types")))
+    count_labels = ["ingested", "accepted", "quarantined", *summary["quarantine_reasons"]]
+    count_values = [summary["ingested"], summary["accepted"], summary["quarantined"]]
+    count_values += list(summary["quarantine_reasons"].values())
+    charts.append(("Counts", _hbars(count_labels, count_values, "Rows ingested, accepted and quarantined")))
+
+    rows = [
+        ("input", summary["input"]),
+        ("partitioning", summary["partitioning"]),
+        ("partitions", summary["partitions"]),
+        ("ingested / accepted / quarantined", f"{summary['ingested']} / {summary['accepted']} / {summary['quarantined']}"),
+        ("types (sharded)", f"{summary['types']} ({', '.join(summary['sharded_types']) or 'none'})"),
+        ("skew ratio (max/median task rows)", summary["skew_ratio"]),
+        ("elapsed", f"{summary['elapsed_s']} s"),
+        ("plan moves", len(plan.moves)),
+    ]
+    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    figures = "".join(
+        f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+        for title, data in charts
+    )
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebalancer pipeline report</title>"
+        "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
+        "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
+        f"<h1>rebalancer pipeline report</h1><table>{table}</table>{figures}</body></html>\n"
+    )
+
+
+def write_report(path: Path, summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_report(summary, plan, previous))
+    tmp.replace(path)

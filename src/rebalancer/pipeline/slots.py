@@ -1,0 +1,258 @@
+"""Throughput-weighted slot plans for the grouped-map stage, and the keys that make Spark obey them.
+
+Items are types, or for a type heavier than total/slots, its entity shards (`type#bucket`, where
+bucket = pmod(hash(entity), SHARD_BUCKETS)). Groups (type, entity, minute) never span two shards,
+so a split type still aggregates exactly.
+
+Spark's hash partitioner sends a row to pmod(murmur3(key), n). For each slot we pick an int key that
+lands exactly there; a `repartition(n, key)` then realises the plan with one shuffle and one task per
+slot, and `groupBy(key, type)` reuses that partitioning instead of re-hashing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+SHARD_BUCKETS = 64
+SHARD_SEPARATOR = "#"
+SEED = 42  # Spark's Murmur3Hash seed for hash() and HashPartitioning
+_MASK = 0xFFFFFFFF
+
+
+def _rotl(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _MASK
+
+
+def murmur3_int(value: int, seed: int = SEED) -> int:
+    """Spark's Murmur3_x86_32.hashInt, as a signed 32-bit int."""
+    k1 = (value & _MASK) * 0xCC9E2D51 & _MASK
+    k1 = _rotl(k1, 15) * 0x1B873593 & _MASK
+    h1 = seed ^ k1
+    h1 = (_rotl(h1, 13) * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _MASK
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_keys(partitions: int) -> list[int]:
+    """keys[slot] is the smallest non-negative int that Spark's hash partitioner sends to `slot`."""
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    keys: list[int | None] = [None] * partitions
+    missing = partitions
+    candidate = 0
+    while missing:
+        slot = murmur3_int(candidate) % partitions
+        if keys[slot] is None:
+            keys[slot] = candidate
+            missing -= 1
+        candidate += 1
+    return [int(k) for k in keys if k is not None]
+
+
+def shard_item(type_name: str, bucket: int) -> str:
+    return f"{type_name}{SHARD_SEPARATOR}{bucket}"
+
+
+@dataclass
+class SlotPlan:
+    """Which slot each item goes to, and why."""
+
+    partitions: int
+    owner: dict[str, int]
+    counts: dict[str, int]
+    load_before: list[int]
+    load_after: list[int]
+    moves: list[tuple[str, int, int]] = field(default_factory=list)
+    sharded: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    # type -> {entity bucket: shard}; a sharded type missing here has one shard per bucket.
+    shard_of: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def shard_buckets(self, type_name: str, shard: int) -> list[int]:
+        mapping = self.shard_of.get(type_name)
+        if mapping is None:
+            return [shard]
+        return sorted(bucket for bucket, s in mapping.items() if s == shard)
+
+    def type_slots(self) -> dict[str, list[int]]:
+        """type -> the slots holding it (one unless it was sharded)."""
+        slots: dict[str, set[int]] = {}
+        for item, slot in self.owner.items():
+            type_name = item.rsplit(SHARD_SEPARATOR, 1)[0] if self._is_shard(item) else item
+            slots.setdefault(type_name, set()).add(slot)
+        return {name: sorted(values) for name, values in sorted(slots.items())}
+
+    def _is_shard(self, item: str) -> bool:
+        head, sep, tail = item.rpartition(SHARD_SEPARATOR)
+        return bool(sep) and head in self.sharded and tail.isdigit()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "types": self.type_slots(),
+            "items": dict(sorted(self.owner.items())),
+            "counts": dict(sorted(self.counts.items())),
+            "sharded": sorted(self.sharded),
+            "shard_of": {t: {str(b): s for b, s in sorted(m.items())} for t, m in sorted(self.shard_of.items())},
+            "load_before": self.load_before,
+            "load": self.load_after,
+            "moves": [{"item": item, "from": old, "to": new} for item, old, new in self.moves],
+            "skipped": self.skipped,
+        }
+
+
+def plan_items(
+    type_counts: Mapping[str, int], bucket_counts: Mapping[tuple[str, int], int], partitions: int
+) -> tuple[dict[str, int], list[str], dict[str, dict[int, int]]]:
+    """Items and their counts: a type heavier than total/partitions is replaced by entity shards.
+
+    A heavy type gets only as many shards as it needs, ceil(rows / (total / partitions)): each
+    shard on its own slot costs one more handler call. Its entity buckets are packed into those
+    shards with the same planner. Returns (items, sharded types, type -> {bucket: shard}).
+    """
+    from rebalancer.balance import plan_rebalance
+
+    total = sum(type_counts.values())
+    bound = total / partitions if partitions else total
+    items: dict[str, int] = {}
+    sharded: list[str] = []
+    for type_name, count in type_counts.items():
+        if partitions > 1 and count > bound:
+            sharded.append(type_name)
+        else:
+            items[type_name] = int(count)
+    shard_of: dict[str, dict[int, int]] = {}
+    for type_name in sorted(sharded):
+        buckets = sorted(
+            (bucket, int(count)) for (name, bucket), count in bucket_counts.items() if name == type_name and count > 0
+        )
+        shards = min(len(buckets), math.ceil(type_counts[type_name] / bound))
+        packed = plan_rebalance([c for _, c in buckets], [-1] * len(buckets), shards)
+        shard_of[type_name] = {bucket: int(s) for (bucket, _), s in zip(buckets, packed.owner)}
+        for shard, load in enumerate(packed.load_after):
+            if load > 0:
+                items[shard_item(type_name, shard)] = int(load)
+    return items, sorted(sharded), shard_of
+
+
+def make_plan(
+    items: Mapping[str, int],
+    sharded: Sequence[str],
+    partitions: int,
+    previous: Mapping[str, int] | None = None,
+    max_moves: int | None = None,
+    group_cost: int = 0,
+    shard_of: Mapping[str, dict[int, int]] | None = None,
+) -> SlotPlan:
+    """Plan items onto `partitions` slots with rebalancer.balance, sticky to `previous` owners.
+
+    The planner's throughput is an item's rows plus `group_cost`: the rows-equivalent of one more
+    handler call (a grouped-map UDF pays a fixed cost per group). 0 balances rows alone. Loads in
+    the result are in rows either way.
+    """
+    from rebalancer.balance import plan_rebalance
+
+    if group_cost < 0:
+        raise ValueError(f"group_cost must be >= 0, got {group_cost}")
+    names = sorted(items, key=lambda name: (-items[name], name))
+    throughput = [int(items[name]) + group_cost for name in names]
+    current = [int((previous or {}).get(name, -1)) for name in names]
+    current = [slot if 0 <= slot < partitions else -1 for slot in current]
+    if not names:
+        zeros = [0] * partitions
+        return SlotPlan(
+            partitions, {}, {}, list(zeros), list(zeros), sharded=list(sharded), skipped="no rows",
+            shard_of=dict(shard_of or {}),
+        )
+    # Even a skipped plan places unowned items (new types), so the default gate is safe here.
+    plan = plan_rebalance(throughput, current, partitions, max_moves=max_moves)
+    owner = [int(slot) for slot in plan.owner]
+    unplaced = [names[i] for i, slot in enumerate(owner) if not 0 <= slot < partitions]
+    if unplaced:
+        raise RuntimeError(f"planner left {len(unplaced)} items unplaced, e.g. {unplaced[0]!r}")
+    moves = [(names[int(item)], int(old), int(new)) for item, old, new in plan.moves]
+    load_before = [0] * partitions
+    load_after = [0] * partitions
+    for name, old, new in zip(names, current, owner):
+        if old >= 0:
+            load_before[old] += int(items[name])
+        load_after[new] += int(items[name])
+    return SlotPlan(
+        partitions=partitions,
+        owner=dict(zip(names, owner)),
+        counts={name: int(items[name]) for name in names},
+        load_before=load_before,
+        load_after=load_after,
+        moves=moves,
+        sharded=list(sharded),
+        skipped=plan.skipped,
+        shard_of=dict(shard_of or {}),
+    )
+
+
+def hash_plan(type_counts: Mapping[str, int], hash_slots: Mapping[str, int], partitions: int) -> SlotPlan:
+    """Spark's own placement (pmod(hash(type), n)) in the same shape, for plan.json and the report."""
+    load = [0] * partitions
+    for type_name, count in type_counts.items():
+        load[hash_slots[type_name]] += int(count)
+    return SlotPlan(
+        partitions=partitions,
+        owner={name: int(hash_slots[name]) for name in type_counts},
+        counts={name: int(c) for name, c in type_counts.items()},
+        load_before=list(load),
+        load_after=list(load),
+    )
+
+
+def with_slot_key(frame: DataFrame, plan: SlotPlan, name: str) -> DataFrame:
+    """`frame` plus an int column `name`: the key Spark's hash partitioner sends to the row's slot.
+
+    The item -> key table is broadcast and joined (a hashed lookup; a literal map would be scanned
+    linearly for every row). A broadcast join moves no rows between tasks: it adds no shuffle.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    keys = partition_keys(plan.partitions)
+    rows = []
+    for item, slot in plan.owner.items():
+        if plan._is_shard(item):
+            type_name, _, shard = item.rpartition(SHARD_SEPARATOR)
+            rows.extend((type_name, bucket, keys[slot]) for bucket in plan.shard_buckets(type_name, int(shard)))
+        else:
+            rows.append((item, -1, keys[slot]))
+    schema = StructType(
+        [
+            StructField("_plan_type", StringType(), False),
+            StructField("_plan_bucket", IntegerType(), False),
+            StructField("_plan_key", IntegerType(), False),
+        ]
+    )
+    table = frame.sparkSession.createDataFrame(rows, schema)
+    sharded = F.col("type").isin(*plan.sharded) if plan.sharded else F.lit(False)
+    bucket = F.when(sharded, F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))).otherwise(F.lit(-1)).cast("int")
+    all_keys = F.array(*[F.lit(k) for k in keys])
+    # Types the plan has not seen (a stream's new types) fall back to Spark's hash of the type.
+    fallback = F.element_at(all_keys, (F.pmod(F.hash("type"), F.lit(plan.partitions)) + 1).cast("int"))
+    joined = frame.withColumn("_plan_lookup", bucket).join(
+        F.broadcast(table),
+        (F.col("type") == F.col("_plan_type")) & (F.col("_plan_lookup") == F.col("_plan_bucket")),
+        "left",
+    )
+    return joined.withColumn(name, F.coalesce(F.col("_plan_key"), fallback).cast("int")).drop(
+        "_plan_lookup", "_plan_type", "_plan_bucket", "_plan_key"
+    )

@@ -1,0 +1,82 @@
+"""The public CLI: bad input gives one line on stderr, exit 2 and no output; a good run writes everything."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from rebalancer.cli import main
+
+
+def _fails_cleanly(capsys, argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert message in err, err
+
+
+def test_missing_input_path_exits_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(tmp_path / "nope"), "--output", str(out)],
+                   "input path does not exist")
+    assert not out.exists()
+
+
+def test_missing_column_exits_2_and_writes_nothing(tmp_path, capsys):
+    data = tmp_path / "in"
+    data.mkdir()
+    pd.DataFrame({"ts": ["2026-01-01T00:00:00Z"], "type": ["a"], "value": [1.0]}).to_csv(data / "x.csv", index=False)
+    out = tmp_path / "out"
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--output", str(out)], "missing column 'entity'")
+    assert not out.exists()
+
+
+def test_missing_column_in_jsonl_exits_2(tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"ts": "2026-01-01T00:00:00Z", "type": "a", "entity": "e"}\n')
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--output", str(tmp_path / "out")],
+                   "missing column 'value'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_parquet_file_exits_2(tmp_path, capsys):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "broken.parquet").write_bytes(b"this is not parquet")
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--output", str(tmp_path / "out")],
+                   "unreadable file")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_format_and_bad_flags_exit_2(tmp_path, capsys):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "x.txt").write_text("ts,type,entity,value\n")
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data)], "cannot tell the input format")
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--partitions", "0"], "partitions must be >= 1")
+    _fails_cleanly(capsys, ["pipeline", "generate", "--out", str(tmp_path / "g"), "--events", "-1"],
+                   "events must be >= 0, got -1")
+    with pytest.raises(SystemExit) as exited:  # argparse's own check: exits 2 itself
+        main(["pipeline", "run", "--partitioning", "round-robin"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'round-robin'" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_generate_then_run_end_to_end(spark, tmp_path, capsys):
+    data = tmp_path / "data"
+    assert main(["pipeline", "generate", "--out", str(data), "--events", "3000", "--types", "20",
+                 "--entities", "5", "--bad-rate", "0.01", "--format", "jsonl", "--minutes", "2", "--seed", "5"]) == 0
+    out = tmp_path / "out"
+    assert main(["pipeline", "run", "--input", str(data), "--output", str(out), "--partitions", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "ingested" in printed and "3,000" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ingested"] == 3000 == summary["accepted"] + summary["quarantined"]
+    assert summary["quarantined"] > 0 and summary["partitioning"] == "weighted"
+    for name in ("metrics", "quarantine", "plan.json", "report.html"):
+        assert (out / name).exists(), name
+    assert pd.read_parquet(out / "metrics")["count"].sum() == summary["accepted"]
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the CLI left the shared session alone

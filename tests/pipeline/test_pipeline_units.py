@@ -1,0 +1,97 @@
+"""The handler, the slot keys and the planner inputs, without running the pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rebalancer.pipeline.generate import GenerateConfig, make_frame, type_weights
+from rebalancer.pipeline.handler import aggregate
+from rebalancer.pipeline.slots import make_plan, murmur3_int, partition_keys, plan_items
+
+
+def _frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "type": rng.choice(["a", "b"], n),
+            "entity": rng.choice(["x", "y", "z"], n),
+            "minute": rng.integers(0, 4, n) * 60,
+            "value": rng.gamma(2.0, 3.0, n).round(2),
+        }
+    )
+
+
+def test_aggregate_matches_numpy_quantiles_exactly():
+    frame = _frame(5000, 1)
+    out = aggregate(frame)
+    assert len(out) == frame.groupby(["type", "entity", "minute"]).ngroups
+    for row in out.itertuples(index=False):
+        values = frame.loc[
+            (frame["type"] == row.type) & (frame["entity"] == row.entity) & (frame["minute"] == row.minute), "value"
+        ].to_numpy()
+        assert row.count == len(values) and row.min == values.min() and row.max == values.max()
+        assert (row.p50, row.p90, row.p99) == tuple(np.quantile(values, [0.5, 0.9, 0.99]))
+        assert row.sum == pytest.approx(values.sum(), rel=1e-12)
+        assert row.mean == pytest.approx(values.mean(), rel=1e-12)
+
+
+def test_aggregate_does_not_depend_on_row_order():
+    frame = _frame(3000, 2)
+    shuffled = frame.sample(frac=1.0, random_state=5).reset_index(drop=True)
+    key = ["type", "entity", "minute"]
+    a = aggregate(frame).sort_values(key).reset_index(drop=True)
+    b = aggregate(shuffled).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_aggregate_single_row_and_empty():
+    one = aggregate(pd.DataFrame({"type": ["t"], "entity": ["e"], "minute": [60], "value": [2.5]}))
+    assert one.iloc[0][["count", "sum", "min", "max", "mean", "p50", "p90", "p99"]].tolist() == [1, *[2.5] * 7]
+    assert aggregate(pd.DataFrame({"type": [], "entity": [], "minute": [], "value": []})).empty
+
+
+def test_partition_keys_land_on_their_slot():
+    for n in (1, 2, 4, 16, 64):
+        keys = partition_keys(n)
+        assert [murmur3_int(k) % n for k in keys] == list(range(n))
+    with pytest.raises(ValueError, match="partitions must be >= 1, got 0"):
+        partition_keys(0)
+
+
+@pytest.mark.spark
+def test_murmur3_port_matches_spark_hash(spark):
+    from pyspark.sql import functions as F
+
+    rows = spark.range(-500, 1500).select(F.col("id").cast("int").alias("k")).select("k", F.hash("k").alias("h"))
+    for k, h in rows.collect():
+        assert murmur3_int(k) == h, k
+
+
+def test_heavy_types_are_split_into_entity_shards():
+    type_counts = {"hot": 700, "warm": 200, "cold": 100}
+    buckets = {("hot", b): 700 // 7 for b in range(7)} | {("warm", 0): 200, ("cold", 1): 100}
+    items, sharded, shard_of = plan_items(type_counts, buckets, 4)  # bound 250: only "hot" is over it
+    assert sharded == ["hot"]
+    # 700 rows need ceil(700 / 250) = 3 shards: the 7 buckets are packed into 3, not 7 items.
+    assert set(items) == {"warm", "cold", "hot#0", "hot#1", "hot#2"}
+    assert sorted(shard_of["hot"]) == list(range(7)) and set(shard_of["hot"].values()) == {0, 1, 2}
+    assert sorted(items[f"hot#{s}"] for s in range(3)) == [200, 200, 300]
+    plan = make_plan(items, sharded, 4, shard_of=shard_of)
+    assert sum(plan.load_after) == 1000
+    assert max(plan.load_after) <= 300
+    assert len(plan.type_slots()["hot"]) == 3
+    assert sorted(b for s in range(3) for b in plan.shard_buckets("hot", s)) == list(range(7))
+    # Sticky: planning again from its own owners moves nothing.
+    again = make_plan(items, sharded, 4, previous=plan.owner, shard_of=shard_of)
+    assert again.owner == plan.owner and [m for m in again.moves if m[1] >= 0] == []
+
+
+def test_generator_is_zipf_skewed_and_validates():
+    frame = make_frame(GenerateConfig(events=20000, types=50, skew=1.1, bad_rate=0.0, seed=1))
+    shares = frame["type"].value_counts(normalize=True)
+    assert shares.index[0] == "metric_0000"
+    assert shares.iloc[0] == pytest.approx(type_weights(50, 1.1)[0], abs=0.02)
+    with pytest.raises(ValueError, match="bad_rate must be in \\[0, 1\\], got 2"):
+        GenerateConfig(bad_rate=2).validate()
