@@ -1,4 +1,10 @@
-"""The grouped-map stage: every type's rows go to one handler call, on the task its slot names."""
+"""The grouped-map stage: every type's rows reach the handler on the task its slot names.
+
+hash (what a Spark user writes): `groupBy("type").applyInPandas(handler)`, one call per type, types
+placed by Spark's hash partitioner. weighted: `groupBy(slot).applyInPandas(handler)`, one call per
+planned slot, each call dispatching all the types of its slot at once (the handler is vectorised
+over types), so a task's time follows its rows and not its count of small types.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
 
     hash: `repartition(n, type)`, Spark's default placement, one group per type.
     weighted: `repartition(n, slot key)` with keys that land exactly on the planned slots; the
-    grouping (slot key, type) is clustered by that partitioning, so Spark adds no second exchange.
+    grouping by slot key is clustered by that partitioning, so Spark adds no second exchange.
     """
     from pyspark.sql import functions as F
 
@@ -51,7 +57,7 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
         if plan is None or plan.partitions != partitions:
             raise ValueError("weighted partitioning needs a plan for the same number of partitions")
         keyed = with_slot_key(accepted.select(*columns), plan, SLOT_KEY).select(SLOT_KEY, *columns)
-        grouped = keyed.repartition(partitions, SLOT_KEY).groupBy(SLOT_KEY, "type")
+        grouped = keyed.repartition(partitions, SLOT_KEY).groupBy(SLOT_KEY)
     result = grouped.applyInPandas(handler, HANDLER_SCHEMA)
     metrics = result.select(
         "type",

@@ -6,7 +6,7 @@ so a split type still aggregates exactly.
 
 Spark's hash partitioner sends a row to pmod(murmur3(key), n). For each slot we pick an int key that
 lands exactly there; a `repartition(n, key)` then realises the plan with one shuffle and one task per
-slot, and `groupBy(key, type)` reuses that partitioning instead of re-hashing.
+slot, and `groupBy(key)` reuses that partitioning instead of re-hashing.
 """
 
 from __future__ import annotations
