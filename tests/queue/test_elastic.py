@@ -44,11 +44,11 @@ def test_set_threads_up_spreads_partitions_within_one():
 def test_holddown_delays_the_new_workers_partitions():
     q = BatchQueueManager.create("el-hold", BatchQueueConfig(threads=ThreadPolicy.fixed(2),
                                                              partitions=PartitionPolicy.fixed(8),
-                                                             rebalance_delay_ms=400))
+                                                             rebalance_delay_ms=1500))
     q.set_threads(3)
     assert counts_by_worker(q) == {0: 4, 1: 4}  # holddown: the new worker waits
     assert q.membership.status == "holddown"
-    assert wait_until(lambda: balanced(q, 3), timeout=5)
+    assert wait_until(lambda: balanced(q, 3), timeout=10)
 
 
 def test_set_threads_down_and_up_under_load_loses_nothing_and_never_reenters():

@@ -104,8 +104,10 @@ def test_fence_is_bounded_by_one_pass_under_continuous_load():
         for t in threads:
             t.join()
     assert report.moved >= 1, report
-    # one pass here is at most 8 handler calls of ~1 ms plus draining; the defect waits seconds
-    assert report.wait_ms < max_idle_ms + 250, report
+    # one pass here is a few handler calls of ~1 ms plus draining (generous margin for a slow CI
+    # host); the upstream defect waits for a drain *run*, which never ends while the producers run,
+    # so it would hit the 30 s fence timeout instead
+    assert report.wait_ms < max_idle_ms + 1000, report
     BatchQueueManager.shutdown("rb-fence")
     assert not violations
 
