@@ -47,7 +47,6 @@ def _type_name(t: type) -> str:
 
 @dataclass(slots=True)
 class _Handler:
-    target: object
     consume: Callable[[list[Any]], object]
     on_idle: Callable[[], object] | None
     lock: threading.Lock
@@ -100,7 +99,6 @@ class BatchQueue:
         self._blocked = 0  # producers waiting on _space; written under its lock
         self._closed = False
         self._closed_flag = [False]  # the same, as a cell the produce closure reads cheaply
-        self._finished = False
 
         if config.shared_scheduler is not None:
             pool_name, policy = config.shared_scheduler
@@ -285,7 +283,7 @@ class BatchQueue:
             if held is None:
                 held = (target, threading.Lock())
                 self._locks[id(target)] = held
-            self._handlers[item_type] = _Handler(handler, consume, on_idle, held[1], home)
+            self._handlers[item_type] = _Handler(consume, on_idle, held[1], home)
             if self.config.selector is None and route is None:
                 self._route_type(item_type, home)
 
