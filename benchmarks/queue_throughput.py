@@ -11,7 +11,15 @@ is also run on `queue.SimpleQueue`, the C-implemented unbounded FIFO: a user who
 faster baseline than queue.Queue for this trivial handler, though no backpressure, partitions,
 per-type batching or idle callbacks.
 
+The physical limit is a bare prototype on the same items: producers `deque.append` each item into a
+deque per type, and one thread drains them with batched `popleft` into the same handlers. No
+accounting, no bound, no ownership. `ratio_vs_bare_deque` is the share of that limit BatchQueue keeps.
+
+`--baseline-src DIR` also times the headline case with the BatchQueue found in DIR (another checkout's
+`src/`), alternating child processes of ours and theirs, and prints the change.
+
     .venv/bin/python benchmarks/queue_throughput.py [--items N] [--repeat R] [--quick] [--profile [PxT]]
+        [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -21,13 +29,19 @@ import cProfile
 import gc
 import io
 import itertools
+import os
 import pstats
 import queue
+import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat as _repeat
+from itertools import starmap
+from pathlib import Path
 
 import numpy as np
 
@@ -242,6 +256,61 @@ def _run_baseline(
     return elapsed
 
 
+def run_bare_deques(slices: list[list[object]], types: list[type]) -> float:
+    """The pure-Python limit: a deque per type, appends, one thread draining with batched popleft."""
+    deques = {t: deque() for t in types}
+    handlers = {}
+    counters = []
+    for t in types:
+        handlers[t], counter = counting_handler()
+        counters.append(counter)
+    total = sum(len(s) for s in slices)
+    pairs = [(deques[t], handlers[t]) for t in types]
+
+    def drain() -> None:
+        done = 0
+        while done < total:
+            for d, handle in pairs:
+                n = len(d)
+                if n:
+                    handle(list(starmap(d.popleft, _repeat((), n))))
+                    done += n
+
+    def put(item: object) -> None:
+        deques[type(item)].append(item)
+
+    drainer = threading.Thread(target=drain, name="bare-drain")
+    threads, barrier = start_producers(slices, put)
+    drainer.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join()
+    drainer.join()
+    elapsed = time.perf_counter() - started
+    if sum(c[0] for c in counters) != total:
+        raise RuntimeError("bare prototype lost items")
+    return elapsed
+
+
+def compare_sources(baseline_src: str, items: int, repeat: int, buffer_size: int, max_idle_ms: int) -> None:
+    """Headline case, ours against the BatchQueue in `baseline_src`, alternating child processes."""
+    ours_src = str(Path(__file__).resolve().parent.parent / "src")
+    best = {"ours": 0.0, "baseline": 0.0}
+    for _ in range(repeat):
+        for label, src in (("ours", ours_src), ("baseline", baseline_src)):
+            env = {**os.environ, "PYTHONPATH": src}
+            out = subprocess.run(
+                [sys.executable, __file__, "--only-batchqueue", "--items", str(items), "--repeat", "1",
+                 "--buffer-size", str(buffer_size), "--max-idle-ms", str(max_idle_ms)],
+                env=env, capture_output=True, text=True, check=True).stdout
+            rate = float(out.split("items_per_s=")[1].split()[0])
+            best[label] = max(best[label], rate)
+    change = 100.0 * (best["ours"] / best["baseline"] - 1.0)
+    print(f"{HEADLINE.label}: ours {best['ours']:,.0f} items/s, {baseline_src}: {best['baseline']:,.0f} "
+          f"items/s (best of {repeat} alternating child processes): change {change:+.1f}%")
+
+
 # Driver -------------------------------------------------------------------------------------------
 
 
@@ -286,8 +355,8 @@ def profile_case(case: Case, items: int, buffer_size: int, max_idle_ms: int) -> 
 
 def run_case(
     case: Case, items: int, repeat: int, buffer_size: int, max_idle_ms: int
-) -> tuple[float, float, float, float]:
-    """items/s for BatchQueue, the per-item and small-batch queue.Queue baselines, and SimpleQueue."""
+) -> tuple[float, float, float, float, float]:
+    """items/s for BatchQueue, the queue.Queue baselines, SimpleQueue, and the bare deque prototype."""
     types = make_types(case.type_count)
     slices = split(make_items(items, types), case.producers)
     gc.collect()
@@ -297,9 +366,10 @@ def run_case(
         per_item = best_rate(lambda: run_queue_per_item(slices, types), items, repeat)
         batched = best_rate(lambda: run_queue_small_batches(slices, types), items, repeat)
         simple = best_rate(lambda: run_queue_per_item(slices, types, queue.SimpleQueue), items, repeat)
+        bare = best_rate(lambda: run_bare_deques(slices, types), items, repeat)
     finally:
         gc.unfreeze()
-    return ours, per_item, batched, simple
+    return ours, per_item, batched, simple, bare
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200,000 items, one run each")
     parser.add_argument("--buffer-size", type=int, default=200_000, help="BatchQueue buffer per partition")
     parser.add_argument("--max-idle-ms", type=int, default=10, help="BatchQueue idle backoff cap")
+    parser.add_argument("--baseline-src", metavar="DIR",
+                        help="also time the headline case with the BatchQueue in DIR (e.g. an old checkout's src)")
+    parser.add_argument("--only-batchqueue", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--profile",
         nargs="?",
@@ -328,31 +401,43 @@ def main(argv: list[str] | None = None) -> int:
         profile_case(Case(int(producers), int(type_count)), items, args.buffer_size, args.max_idle_ms)
         return 0
 
+    if args.only_batchqueue:  # a child of --baseline-src: the headline case, BatchQueue only
+        types = make_types(HEADLINE.type_count)
+        slices = split(make_items(items, types), HEADLINE.producers)
+        gc.collect()
+        gc.freeze()
+        rate = best_rate(lambda: run_batch_queue(slices, types, args.buffer_size, args.max_idle_ms), items, repeat)
+        print(f"items_per_s={rate:.0f}")
+        return 0
+
     print(
         f"{items:,} items per case, {WORKERS} drain workers, best of {repeat}; BatchQueue BLOCKING, "
         f"buffer {args.buffer_size:,}/partition, idle 1..{args.max_idle_ms} ms; Python {sys.version.split()[0]}"
     )
     header = (
         f"{'case':<24}{'BatchQueue':>14}{'Queue/item':>14}{'Queue/batch':>14}{'ratio':>9}"
-        f"{'SimpleQueue/item':>19}{'ratio':>8}"
+        f"{'SimpleQueue/item':>19}{'ratio':>8}{'bare deques':>14}{'share':>8}"
     )
     print(header)
     print("-" * len(header))
-    results: dict[Case, tuple[float, float]] = {}
+    results: dict[Case, tuple[float, float, float]] = {}
     for case in CASES:
-        ours, per_item, batched, simple = run_case(case, items, repeat, args.buffer_size, args.max_idle_ms)
+        ours, per_item, batched, simple, bare = run_case(case, items, repeat, args.buffer_size, args.max_idle_ms)
         ratio = ours / max(per_item, batched)
-        results[case] = (ours, ratio)
+        results[case] = (ours, ratio, ours / bare)
         print(
             f"{case.label:<24}{ours:>14,.0f}{per_item:>14,.0f}{batched:>14,.0f}{ratio:>8.1f}x"
-            f"{simple:>19,.0f}{ours / simple:>7.2f}x",
+            f"{simple:>19,.0f}{ours / simple:>7.2f}x{bare:>14,.0f}{ours / bare:>8.2f}",
             flush=True,
         )
     print(
-        "items/s end-to-end; ratio = BatchQueue / the faster queue.Queue baseline (SimpleQueue: context only)"
+        "items/s end-to-end; ratio = BatchQueue / the faster queue.Queue baseline (SimpleQueue: context only);"
+        " share = BatchQueue / bare deques"
     )
-    ours, ratio = results[HEADLINE]
-    print(f"RESULT items_per_s={ours:.0f} ratio_vs_queue_Queue={ratio:.1f}")
+    if args.baseline_src:
+        compare_sources(args.baseline_src, items, repeat, args.buffer_size, args.max_idle_ms)
+    ours, ratio, share = results[HEADLINE]
+    print(f"RESULT items_per_s={ours:.0f} ratio_vs_queue_Queue={ratio:.1f} ratio_vs_bare_deque={share:.2f}")
     return 0
 
 

@@ -1,14 +1,12 @@
 """BatchQueue behaviour (issue 2 §2): partitions, scheduling, the drain loop, handlers, buffers, shutdown.
 
-Waits poll a condition against a generous deadline. Nothing asserts throughput; the backoff tests check
-the shape of the idle sleeps (they grow, stop at the cap, reset on data) with wide margins, leaning on
-lower bounds because a sleep never ends early, however loaded the machine.
+Waits poll a condition against a generous deadline. Nothing asserts throughput; the backoff tests drive
+a drain worker with no thread and check its exact sleeps (they double, stop at the cap, reset on data).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 import time
@@ -417,43 +415,41 @@ def test_on_idle_reaches_every_handler_and_never_overlaps_consume(wait_until: Wa
     assert [h.overlaps for h in handlers] == [[] for _ in handlers]
 
 
-def _idle_gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in itertools.pairwise(times)]
+def _lone_worker(min_idle: float, max_idle: float) -> tuple[Any, Any, Any]:
+    """A drain worker with no thread: `run()` is called by the test, so the backoff is exact."""
+    from rebalancer.queue import PartitionSelector
+    from rebalancer.queue._ownership import OwnershipTable
+    from rebalancer.queue._partitions import Partitions
+    from rebalancer.queue._worker import Dispatcher, DrainWorker, HandlerRecord
 
-
-def test_idle_backoff_doubles_up_to_the_cap(wait_until: WaitUntil) -> None:
-    # min 1 ms, cap 100 ms: after data, sleeps 1, 2, 4, ... 64, then 100 each. Without backoff 1.5 s
-    # would be ~1500 idle passes; with it ~20. Sleeps never return early, so lower bounds are load-proof.
+    table, admin = OwnershipTable(), threading.RLock()
+    parts = Partitions("lone", 100, True, PartitionSelector.type_hash(), table, admin)
+    dispatch = Dispatcher("lone", parts, None, None, max_idle)
+    worker = DrainWorker(0, parts, table, dispatch, min_idle, max_idle, scheduler=None)
     handler = Recorder()
-    q = BatchQueueManager.create("backoff", config(min_idle_ms=1, max_idle_ms=100))
-    q.add_handler(Alpha, handler)
-    assert q.produce(Alpha(0))
-    assert wait_until(lambda: handler.count == 1)
-    consumed_at = handler.consume_times[0]
-    time.sleep(1.5)
-    idle = [t for t in handler.idle_times if t > consumed_at]
-    assert 5 <= len(idle) <= 40, f"{len(idle)} idle passes in 1.5 s"
-    gaps = _idle_gaps(idle)
-    late = gaps[-4:]
-    assert min(late) >= 0.09, f"capped sleeps are max_idle_ms long: {late}"
-    assert sorted(late)[len(late) // 2] < 0.5, f"sleeps must stop growing at max_idle_ms: {late}"
-    assert min(gaps[:3]) < 0.05, f"sleeps start near min_idle_ms after data: {gaps[:3]}"
+    with admin:
+        parts.add(0)
+        parts.pin(Alpha, 0)
+        dispatch.handlers[Alpha] = HandlerRecord(handler.consume, handler.on_idle, threading.Lock())
+        dispatch.reindex()
+    return worker, parts.make_produce(), handler
 
 
-def test_idle_backoff_resets_on_data(wait_until: WaitUntil) -> None:
-    # Cap 500 ms: once backed off, idle passes are >= 0.5 s apart. Data resets the sleep to min_idle_ms,
-    # so several idle passes follow within 0.45 s of the consume; without the reset there would be one.
-    handler = Recorder()
-    q = BatchQueueManager.create("reset", config(min_idle_ms=2, max_idle_ms=500))
-    q.add_handler(Alpha, handler)
-    assert q.produce(Alpha(0))
-    assert wait_until(lambda: len(handler.idle_times) >= 2 and _idle_gaps(handler.idle_times)[-1] >= 0.45)
-    assert q.produce(Alpha(1))
-    assert wait_until(lambda: handler.count == 2)
-    consumed_at = handler.consume_times[1]
-    time.sleep(0.45)
-    after = [t for t in handler.idle_times if consumed_at < t <= consumed_at + 0.45]
-    assert len(after) >= 3, f"backoff did not reset after data: {len(after)} idle passes in 0.45 s"
+def test_idle_backoff_doubles_up_to_the_cap() -> None:
+    worker, _produce, _handler = _lone_worker(0.001, 0.1)
+    delays = [worker.run() for _ in range(10)]
+    assert delays == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.1, 0.1, 0.1])
+
+
+def test_idle_backoff_resets_on_data() -> None:
+    worker, produce, handler = _lone_worker(0.002, 0.5)
+    for _ in range(12):
+        worker.run()
+    assert worker.run() == 0.5
+    assert produce(Alpha(1))
+    assert worker.run() == 0.002  # the pass with data, then an empty pass: back to min_idle
+    assert handler.count == 1
+    assert worker.run() == 0.004
 
 
 # Handlers: concurrency, errors, unhandled -------------------------------------------------------

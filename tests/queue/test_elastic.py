@@ -1,4 +1,4 @@
-"""Elastic drain workers: set_threads() moves partitions through the PartitionedQueue coordinator."""
+"""Elastic drain workers: set_threads() moves partitions count-balanced, through the fenced handoff."""
 
 from __future__ import annotations
 

@@ -96,6 +96,8 @@ def test_fence_is_bounded_by_one_pass_under_continuous_load():
                threading.Thread(target=producer, args=(1, (1, 2, 3, 5, 6, 7)))]
     for t in threads:
         t.start()
+    # the load is injected: partitions 0 and 4 (both on worker 0) are hot, so a move is certain
+    q._controller.throughput_source = lambda: [100, 1, 1, 1, 100, 1, 1, 1]
     try:
         time.sleep(0.4)
         report = q.rebalance_now()  # the producers keep going: old owners never see an empty pass

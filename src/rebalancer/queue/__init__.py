@@ -17,6 +17,7 @@ from rebalancer.queue.config import BatchQueueConfig, HandlerConsumer
 from rebalancer.queue.manager import BatchQueueManager
 from rebalancer.queue.policies import BufferStrategy, PartitionPolicy, ThreadPolicy
 from rebalancer.queue.scheduler import SHARED_SCHEDULERS
+from rebalancer.queue.selectors import PartitionSelector
 from rebalancer.queue.stats import BatchQueueStats, PartitionUsage, RebalanceReport
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "BufferStrategy",
     "HandlerConsumer",
     "PartitionPolicy",
+    "PartitionSelector",
     "PartitionUsage",
     "RebalanceReport",
     "ThreadPolicy",

@@ -119,7 +119,7 @@ def run_demo(args: argparse.Namespace) -> int:
     per_worker.add_column("worker", justify="right")
     per_worker.add_column("partitions", justify="right")
     per_worker.add_column("items", justify="right")
-    items = [w.items for w in queue._workers]
+    items = list(queue.stats().worker_items_total)
     for i, n in enumerate(items):
         per_worker.add_row(str(i), str(sum(1 for o in stats.owners if o == i)), f"{n:,}")
     console.print(per_worker)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rebalancer.queue.policies import BufferStrategy, PartitionPolicy, ThreadPolicy
+from rebalancer.queue.selectors import PartitionSelector
 
 
 class HandlerConsumer:
@@ -16,12 +17,14 @@ class HandlerConsumer:
         raise NotImplementedError(f"{type(self).__name__}.consume")
 
     def on_idle(self) -> None:
-        """Called when the worker that owns this handler's partitions finds them all empty: flush here."""
+        """Flush here: called when the partitions holding this handler's types are found empty, by
+        whichever worker saw it, never concurrently with `consume`, at once after data and then at
+        most once per `max_idle_ms` while they stay empty."""
 
 
 Consumer = HandlerConsumer | Callable[[list[Any]], object]
 ErrorHandler = Callable[[list[Any], BaseException], object]
-Selector = Callable[[Any, int], int]
+Selector = PartitionSelector | Callable[[Any, int], int]
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,10 @@ class BatchQueueConfig:
     `consumer` set means single-consumer mode: every drained batch goes to it, from each drain worker
     concurrently, so it must be thread-safe (its `on_idle` is never concurrent with itself). Otherwise
     handlers are registered per type with `BatchQueue.add_handler`.
+
+    `selector` defaults to `PartitionSelector.type_hash()` with handlers and to
+    `PartitionSelector.round_robin()` with a single consumer. `fence_timeout_ms` bounds how long a
+    handoff waits for the old owner's pass to end; past it the old owner keeps the partition.
     """
 
     threads: ThreadPolicy | None = None
@@ -46,6 +53,7 @@ class BatchQueueConfig:
     rebalance_interval_ms: float = 0
     rebalance_skip_ratio: float = 1.15
     rebalance_delay_ms: float = 0
+    fence_timeout_ms: float = 30_000
 
     def __post_init__(self) -> None:
         if (self.threads is None) == (self.shared_scheduler is None):
@@ -86,8 +94,11 @@ class BatchQueueConfig:
             )
         for name in ("rebalance_interval_ms", "rebalance_delay_ms"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        timeout = self.fence_timeout_ms
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
+            raise ValueError(f"fence_timeout_ms must be a finite number > 0, got {timeout!r}")
         ratio = self.rebalance_skip_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1:
             raise ValueError(f"rebalance_skip_ratio must be a number >= 1, got {ratio!r}")
@@ -95,10 +106,19 @@ class BatchQueueConfig:
             isinstance(self.consumer, HandlerConsumer) or callable(self.consumer)
         ):
             raise ValueError(f"consumer must be a HandlerConsumer or a callable(list), got {self.consumer!r}")
-        for name in ("error_handler", "selector"):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ValueError(f"{name} must be callable, got {value!r}")
+        if self.error_handler is not None and not callable(self.error_handler):
+            raise ValueError(f"error_handler must be callable, got {self.error_handler!r}")
+        if self.selector is not None and not (isinstance(self.selector, PartitionSelector) or callable(self.selector)):
+            raise ValueError(f"selector must be a PartitionSelector or a callable(item, partitions), "
+                             f"got {self.selector!r}")
+
+    def resolved_selector(self) -> PartitionSelector:
+        """The selector in force: the configured one, or the mode's default."""
+        if isinstance(self.selector, PartitionSelector):
+            return self.selector
+        if self.selector is not None:
+            return PartitionSelector.of(self.selector)
+        return PartitionSelector.round_robin() if self.consumer is not None else PartitionSelector.type_hash()
 
     @property
     def single_consumer(self) -> bool:

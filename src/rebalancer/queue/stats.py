@@ -15,7 +15,9 @@ class PartitionUsage:
 
 @dataclass(frozen=True)
 class RebalanceReport:
-    """One throughput rebalance. Ratios are max/mean items per drain worker; `moved` is 0 when skipped."""
+    """One throughput rebalance. Ratios are max/mean produce() calls per drain worker over the
+    interval (the same figure a skip reason quotes); `moved` is 0 when skipped. `failed` says why
+    some planned moves were given back (a fence that timed out): nothing is ever left unowned."""
 
     moved: int
     ratio_before: float
@@ -23,16 +25,23 @@ class RebalanceReport:
     wait_ms: float
     skipped: str | None = None
     at: float = 0.0
+    failed: str | None = None
 
 
 @dataclass(frozen=True)
 class BatchQueueStats:
-    """Counters reconcile after shutdown: produced == dispatched + unhandled.
+    """Counters reconcile after shutdown: produced == dispatched + unhandled + unfinished.
 
     `produced` counts items `produce()` accepted; `dispatched` counts items handed to a handler
     (including those whose handler raised, also counted in `failed`); `dropped` counts items refused
-    because the partition was full (IF_POSSIBLE); `rejected` counts items refused because the queue
-    was shut down.
+    because the partition was full (IF_POSSIBLE), or because a handler produced into its own worker's
+    full partition (BLOCKING would wait for itself forever; also counted in `self_drops`);
+    `rejected` counts items refused because the queue was shut down; `unfinished` counts items a
+    `shutdown(timeout)` could not hand to a handler in time (0 after a clean shutdown).
+    `worker_items` is per drain worker over the last interval: between the last two throughput
+    measurements (every rebalance), or, with periodic rebalancing off, between the last two
+    `stats()` calls. `worker_items_total` counts since the start. `idle_failures` counts on_idle
+    calls that raised.
     """
 
     capacity_per_partition: int
@@ -47,6 +56,10 @@ class BatchQueueStats:
     worker_items: tuple[int, ...] = ()
     last_rebalance: RebalanceReport | None = None
     partition_types: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    worker_items_total: tuple[int, ...] = ()
+    unfinished: int = 0
+    self_drops: int = 0
+    idle_failures: int = 0
 
     @property
     def partition_count(self) -> int:
