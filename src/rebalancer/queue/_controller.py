@@ -75,6 +75,7 @@ class Controller:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._closed = False  # under the plan lock: no worker is spawned once shutdown has begun
 
     # ---------------------------------------------------------------- workers
 
@@ -163,6 +164,8 @@ class Controller:
     def set_threads(self, threads: int) -> None:
         """Add or retire workers now; their partitions move after the holddown (at once without one)."""
         with self.plan_lock:
+            if self._closed:
+                raise ValueError(f"queue {self.name!r} is shut down")
             membership = self.membership or Membership()
             self.membership = membership
             active = self.active()
@@ -226,8 +229,8 @@ class Controller:
         with self._cond:
             if self._thread is not None or self._stopped:
                 return
-            if not self.periodic and (self.membership is None or self.delay_s == 0):
-                return
+            if not self.periodic and self.membership is None:
+                return  # nothing periodic, no elastic workers: no thread
             self._thread = threading.Thread(target=self._loop, name=f"BatchQueue-{self.name}-control",
                                             daemon=True)
             self._thread.start()
@@ -263,10 +266,13 @@ class Controller:
                 log.exception("BatchQueue[%s]: control task failed", self.name)
 
     def stop(self, deadline: float) -> None:
+        """Shutdown (after the ownership table is closed, so a fence in progress ends at once)."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
             thread = self._thread
+        with self.plan_lock:
+            self._closed = True
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()))
 
