@@ -39,6 +39,7 @@ def test_set_threads_up_spreads_partitions_within_one():
     assert sorted(counts_by_worker(q).values()) == [2, 2, 2, 3]
     # minimal movement: 9 partitions on 2 workers (5/4) to 4 workers needs exactly 4 handoffs
     assert q.membership is not None and q.membership.handoff_count == 4
+    assert sorted(len(ps) for ps in q.membership.assignment.values()) == [2, 2, 2, 3]
 
 
 def test_holddown_delays_the_new_workers_partitions():

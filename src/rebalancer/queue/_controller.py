@@ -34,10 +34,20 @@ class Membership:
     """The elastic workers' coordinator, as `BatchQueue.membership` shows it: `status` is
     "ready", "holddown" (waiting for the delay after a change) or "handoff" (partitions moving)."""
 
+    table: OwnershipTable
     status: str = "ready"
     handoff_count: int = 0  # partitions moved between two workers by membership changes
     changed_at: float | None = None  # the first change since the last plan
     retry_at: float = math.inf
+
+    @property
+    def assignment(self) -> dict[int, list[int]]:
+        """worker -> the partitions it owns now (a partition mid-handoff is in neither)."""
+        out: dict[int, list[int]] = {}
+        for p, o in enumerate(self.table.snapshot()):
+            if o != UNOWNED:
+                out.setdefault(o, []).append(p)
+        return out
 
     @property
     def busy(self) -> bool:
@@ -166,7 +176,7 @@ class Controller:
         with self.plan_lock:
             if self._closed:
                 raise ValueError(f"queue {self.name!r} is shut down")
-            membership = self.membership or Membership()
+            membership = self.membership or Membership(self.table)
             self.membership = membership
             active = self.active()
             returning = [w for w in self.workers if not w.active and not w.stopping]

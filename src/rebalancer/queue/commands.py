@@ -16,7 +16,15 @@ from rebalancer.queue.policies import BufferStrategy, PartitionPolicy, ThreadPol
 
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    demo = sub.add_parser("demo", help="push a Zipf-skewed workload of many types through a queue")
+    demo = sub.add_parser(
+        "demo",
+        help="push a Zipf-skewed workload of many types through a queue",
+        description="Producer threads push items of many types, a few of them much hotter than the rest, "
+        "through a BatchQueue for a few seconds; drain workers call one handler per type. It prints "
+        "the busiest partitions, the items each drain worker handled (with --rebalance-ms, throughput "
+        "rebalancing evens them out) and the counters, which must reconcile: every item produced is "
+        "dispatched or counted as unhandled.",
+    )
     demo.add_argument("--types", type=int, default=300, help="item types, one handler each (default 300)")
     demo.add_argument("--seconds", type=float, default=3.0, help="how long producers run (default 3)")
     demo.add_argument("--threads", type=int, default=4, help="drain workers (default 4)")
