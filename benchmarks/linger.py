@@ -12,8 +12,20 @@ asyncio clients (a done callback on the message's future) and with librdkafka's 
 latency (produce() to delivery) for confluent-kafka. "achieved" is messages handed to the client during the window / window length:
 a client that cannot keep up falls behind the schedule and shows it here.
 
+A fourth row, `ours-txn`, runs the same 20k msg/s workload through a transactional producer
+(`transactional.id` set, one transaction committed every second): `transactions_ok=1` when it
+cuts broker-counted ProduceRequests by >= 98% against confluent-kafka (non-transactional).
+
+`--sweep` runs the seed's test plan instead: partitions 100 / 1,000 / 5,000 x rates 5k / 20k /
+50k msg/s x `broker.linger.ms` 5 / 100 / 500, ours against confluent-kafka with the same
+`linger.ms`, plus one lz4-compressed cell. It prints a Markdown table (docs/produce.md keeps one):
+broker-counted requests for both clients, our p50/p99, the achieved rate, and whether
+`p99 <= broker.linger.ms + one RTT + 300 ms` held (RTT: the median of five single-message round
+trips measured before the window).
+
     .venv/bin/python benchmarks/linger.py               # 60 s per row
     .venv/bin/python benchmarks/linger.py --seconds 10  # quicker
+    .venv/bin/python benchmarks/linger.py --sweep       # the seed's grid, 5 s per cell
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -37,6 +51,15 @@ LINGER_MS = 500
 MAX_BYTES = 10_000_000
 RATES = (20_000, 50_000)
 CLIENTS = ("confluent", "aiokafka", "ours")
+TXN_CLIENT = "ours-txn"
+TXN_COMMIT_S = 1.0  # the transactional row commits once a second, as a streaming job's checkpoint would
+TXN_TARGET_PCT = 98.0
+SWEEP_PARTITIONS = (100, 1_000, 5_000)
+SWEEP_RATES = (5_000, 20_000, 50_000)
+SWEEP_LINGERS = (5, 100, 500)
+SWEEP_SECONDS = 5.0
+SWEEP_COMPRESSED = ("lz4", 1_000, 20_000, 100)  # codec, partitions, rate, linger
+LATENCY_SLACK_MS = 300.0
 TOPIC = "bench"
 TICK_S = 0.002
 MAX_BURST = 2_000  # messages per loop turn before yielding, so acks are not starved
@@ -44,6 +67,21 @@ CEILING_SECONDS = 5.0
 # Latency is sampled on every 10th message, the same for every client: a per-message callback costs
 # a pure-Python client a visible share of its CPU, and 1 in 10 still gives >= 20k samples per row.
 SAMPLE_EVERY = 10
+
+
+# -- one row's setting ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    """One benchmark setting; every row of a table is one client run on one cell."""
+
+    partitions: int = PARTITIONS
+    rate: float = RATES[0]
+    linger_ms: float = LINGER_MS
+    compression: str | None = None
+
+    def label(self) -> str:
+        codec = f" {self.compression}" if self.compression else ""
+        return f"{self.partitions}p {int(self.rate / 1000)}k {self.linger_ms:g}ms{codec}"
 
 
 # -- rows (each runs in its own process) -------------------------------------------------------------
@@ -54,7 +92,7 @@ def percentiles(latencies_ms: list[float] | np.ndarray) -> tuple[float, float, f
     return float(p50), float(p95), float(p99)
 
 
-def row_confluent(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict[str, object]:
+def row_confluent(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict[str, object]:
     from confluent_kafka import Producer
 
     latencies: list[float] = []
@@ -66,8 +104,12 @@ def row_confluent(cluster: MockKafkaCluster, rate: float, seconds: float) -> dic
         else:
             latencies.append(msg.latency() * 1000.0)  # librdkafka: produce() to delivery
 
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": LINGER_MS, "acks": "all"})
-    for p in range(PARTITIONS):  # warm-up: metadata and connections, before counting starts
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": cell.linger_ms, "acks": "all"}
+    if cell.compression:
+        config["compression.type"] = cell.compression
+    producer = Producer(config)
+    partitions = cell.partitions
+    for p in range(partitions):  # warm-up: metadata and connections, before counting starts
         producer.produce(TOPIC, VALUE, partition=p)
     producer.flush(30)
     cluster.start_request_tracking()
@@ -78,14 +120,14 @@ def row_confluent(cluster: MockKafkaCluster, rate: float, seconds: float) -> dic
         now = time.monotonic()
         if now >= deadline:
             break
-        target = int((now - start) * rate)
+        target = int((now - start) * cell.rate)
         burst = 0
         while sent < target and burst < MAX_BURST:
             try:
                 if sent % SAMPLE_EVERY == 0:
-                    producer.produce(TOPIC, VALUE, partition=sent % PARTITIONS, on_delivery=delivered)
+                    producer.produce(TOPIC, VALUE, partition=sent % partitions, on_delivery=delivered)
                 else:
-                    producer.produce(TOPIC, VALUE, partition=sent % PARTITIONS)
+                    producer.produce(TOPIC, VALUE, partition=sent % partitions)
             except BufferError:
                 producer.poll(0.01)
                 continue
@@ -97,19 +139,24 @@ def row_confluent(cluster: MockKafkaCluster, rate: float, seconds: float) -> dic
     return {"sent": sent, "latencies": latencies, "failed": errors[0]}
 
 
-async def _paced_async(send: object, rate: float, seconds: float, on_future: object) -> int:
+async def _paced_async(
+    send: Callable, cell: Cell, seconds: float, on_future: Callable, on_tick: Callable | None = None
+) -> int:
     loop = asyncio.get_running_loop()
     sent = 0
     start = loop.time()
     deadline = start + seconds
+    partitions = cell.partitions
     while True:
         now = loop.time()
         if now >= deadline:
             break
-        target = int((now - start) * rate)
+        if on_tick is not None:
+            await on_tick(now)
+        target = int((now - start) * cell.rate)
         burst = 0
         while sent < target and burst < MAX_BURST:
-            fut = await send(TOPIC, VALUE, partition=sent % PARTITIONS)
+            fut = await send(TOPIC, VALUE, partition=sent % partitions)
             if sent % SAMPLE_EVERY == 0:
                 on_future(fut)
             sent += 1
@@ -118,7 +165,7 @@ async def _paced_async(send: object, rate: float, seconds: float, on_future: obj
     return sent
 
 
-def _latency_recorder(latencies: list[float], failures: list[int]) -> object:
+def _latency_recorder(latencies: list[float], failures: list[int]) -> Callable:
     def on_future(fut: asyncio.Future) -> None:
         started = time.monotonic()
 
@@ -133,21 +180,24 @@ def _latency_recorder(latencies: list[float], failures: list[int]) -> object:
     return on_future
 
 
-def row_aiokafka(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict[str, object]:
+def row_aiokafka(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict[str, object]:
     from aiokafka import AIOKafkaProducer
 
     latencies: list[float] = []
     failures = [0]
 
     async def main() -> int:
-        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=LINGER_MS, acks="all")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap_servers, linger_ms=cell.linger_ms, acks="all",
+            compression_type=cell.compression,
+        )  # fmt: skip
         await producer.start()
         try:
-            for p in range(PARTITIONS):
+            for p in range(cell.partitions):
                 await producer.send(TOPIC, VALUE, partition=p)
             await producer.flush()
             cluster.start_request_tracking()
-            sent = await _paced_async(producer.send, rate, seconds, _latency_recorder(latencies, failures))
+            sent = await _paced_async(producer.send, cell, seconds, _latency_recorder(latencies, failures))
             await producer.flush()
             return sent
         finally:
@@ -157,7 +207,32 @@ def row_aiokafka(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict
     return {"sent": sent, "latencies": latencies, "failed": failures[0]}
 
 
-def row_ours(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict[str, object]:
+def _ours_config(cluster: MockKafkaCluster, cell: Cell, **extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "broker.linger.ms": cell.linger_ms,
+        "broker.batch.max.bytes": MAX_BYTES,
+        "acks": "all",
+        **extra,
+    }
+    if cell.compression:
+        config["compression.type"] = cell.compression
+    return config
+
+
+async def _round_trip_ms(producer: object) -> float:
+    """The median of five single-message round trips on an idle producer: our "one RTT"."""
+    samples = []
+    for _ in range(5):
+        started = time.monotonic()
+        future = await producer.send(TOPIC, VALUE, partition=0)
+        await producer.flush()
+        await future
+        samples.append((time.monotonic() - started) * 1000.0)
+    return float(np.median(samples))
+
+
+def row_ours(cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transactional: bool = False) -> dict[str, object]:
     from rebalancer.produce import BatchingProducer
 
     latencies: list[float] = []
@@ -165,22 +240,33 @@ def row_ours(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict[str
     stats: dict[str, object] = {}
 
     async def main() -> int:
-        producer = BatchingProducer(
-            {
-                "bootstrap.servers": cluster.bootstrap_servers,
-                "broker.linger.ms": LINGER_MS,
-                "broker.batch.max.bytes": MAX_BYTES,
-                "acks": "all",
-            }
-        )
+        extra = {"transactional.id": "bench-txn"} if transactional else {}
+        producer = BatchingProducer(_ours_config(cluster, cell, **extra))
         await producer.start()
+        next_commit = [0.0]
+
+        async def commit_on_time(now: float) -> None:
+            if now >= next_commit[0]:
+                await producer.commit_transaction()
+                await producer.begin_transaction()
+                next_commit[0] = now + TXN_COMMIT_S
+
         try:
-            for p in range(PARTITIONS):
+            if transactional:
+                await producer.begin_transaction()
+            for p in range(cell.partitions):
                 await producer.send(TOPIC, VALUE, partition=p)
             await producer.flush()
+            rtt_ms = await _round_trip_ms(producer)
             before = producer.stats()
             cluster.start_request_tracking()
-            sent = await _paced_async(producer.send, rate, seconds, _latency_recorder(latencies, failures))
+            next_commit[0] = asyncio.get_running_loop().time() + TXN_COMMIT_S
+            sent = await _paced_async(
+                producer.send, cell, seconds, _latency_recorder(latencies, failures),
+                commit_on_time if transactional else None,
+            )  # fmt: skip
+            if transactional:
+                await producer.commit_transaction()
             await producer.flush()
             after = producer.stats()
             stats.update(
@@ -189,6 +275,8 @@ def row_ours(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict[str
                     "partitions_per_send_avg": after["partitions_per_send_avg"],
                     "triggers_by_reason": after["triggers_by_reason"],
                     "window_waits": after["window_waits"],
+                    "rtt_ms": rtt_ms,
+                    "failed_total": after["failed"],
                 }
             )
             return sent
@@ -199,24 +287,22 @@ def row_ours(cluster: MockKafkaCluster, rate: float, seconds: float) -> dict[str
     return {"sent": sent, "latencies": latencies, "failed": failures[0], "ours": stats}
 
 
-def row_ceiling(cluster: MockKafkaCluster, seconds: float) -> dict[str, object]:
+def row_ceiling(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict[str, object]:
     """Ours, unthrottled: how many msg/s one Python process sustains end to end (send to ack)."""
     from rebalancer.produce import BatchingProducer
 
     async def main() -> tuple[int, float]:
-        producer = BatchingProducer(
-            {"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": LINGER_MS, "broker.batch.max.bytes": MAX_BYTES}
-        )
+        producer = BatchingProducer(_ours_config(cluster, cell))
         await producer.start()
         try:
-            for p in range(PARTITIONS):
+            for p in range(cell.partitions):
                 await producer.send(TOPIC, VALUE, partition=p)
             await producer.flush()
             start = time.monotonic()
             sent = 0
             while time.monotonic() - start < seconds:
                 for _ in range(MAX_BURST):
-                    await producer.send(TOPIC, VALUE, partition=sent % PARTITIONS)
+                    await producer.send(TOPIC, VALUE, partition=sent % cell.partitions)
                     sent += 1
                 await asyncio.sleep(0)
             await producer.flush()
@@ -228,13 +314,20 @@ def row_ceiling(cluster: MockKafkaCluster, seconds: float) -> dict[str, object]:
     return {"sent": sent, "elapsed": elapsed, "ceiling": sent / elapsed}
 
 
-def run_row(client: str, rate: float, seconds: float) -> dict[str, object]:
+ROWS: dict[str, Callable[[MockKafkaCluster, Cell, float], dict[str, object]]] = {
+    "confluent": row_confluent,
+    "aiokafka": row_aiokafka,
+    "ours": row_ours,
+    TXN_CLIENT: lambda cluster, cell, seconds: row_ours(cluster, cell, seconds, transactional=True),
+}
+
+
+def run_row(client: str, cell: Cell, seconds: float) -> dict[str, object]:
     with MockKafkaCluster(brokers=BROKERS) as cluster:
-        cluster.create_topic(TOPIC, partitions=PARTITIONS)
+        cluster.create_topic(TOPIC, partitions=cell.partitions)
         if client == "ceiling":
-            return row_ceiling(cluster, seconds)
-        runner = {"confluent": row_confluent, "aiokafka": row_aiokafka, "ours": row_ours}[client]
-        result = runner(cluster, rate, seconds)
+            return row_ceiling(cluster, cell, seconds)
+        result = ROWS[client](cluster, cell, seconds)
         requests = cluster.produce_requests()
     latencies = result.pop("latencies")
     p50, p95, p99 = percentiles(latencies)
@@ -243,7 +336,8 @@ def run_row(client: str, rate: float, seconds: float) -> dict[str, object]:
     return {
         **result,
         "client": client,
-        "rate": rate,
+        "cell": asdict(cell),
+        "rate": cell.rate,
         "seconds": seconds,
         "requests": total_requests,
         "requests_by_broker": requests,
@@ -257,30 +351,96 @@ def run_row(client: str, rate: float, seconds: float) -> dict[str, object]:
 
 
 # -- orchestration -----------------------------------------------------------------------------------
-def spawn(client: str, rate: float, seconds: float) -> dict[str, object]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--row", client, "--rate", str(rate), "--seconds", str(seconds)]
+def spawn(client: str, cell: Cell, seconds: float) -> dict[str, object]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--row", client, "--rate", str(cell.rate),
+           "--seconds", str(seconds), "--partitions", str(cell.partitions), "--linger-ms", str(cell.linger_ms)]  # fmt: skip
+    if cell.compression:
+        cmd += ["--compression", cell.compression]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"row {client}@{rate} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"row {client}@{cell.label()} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="length of each row's window (default 60)")
-    parser.add_argument("--row", choices=(*CLIENTS, "ceiling"), help=argparse.SUPPRESS)
-    parser.add_argument("--rate", type=float, default=RATES[0], help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.seconds <= 0:
-        parser.error(f"--seconds must be > 0, got {args.seconds}")
-    if args.row:
-        print(json.dumps(run_row(args.row, args.rate, args.seconds)), flush=True)
-        return 0
+def sweep_cells(
+    partitions: Iterable[int] = SWEEP_PARTITIONS,
+    rates: Iterable[float] = SWEEP_RATES,
+    lingers: Iterable[float] = SWEEP_LINGERS,
+    compressed: tuple[str, int, float, float] | None = SWEEP_COMPRESSED,
+) -> list[Cell]:
+    cells = [Cell(p, r, lg) for p in partitions for r in rates for lg in lingers]
+    if compressed is not None:
+        codec, p, r, lg = compressed
+        cells.append(Cell(p, r, lg, codec))
+    return cells
 
+
+def sweep(
+    cells: list[Cell], seconds: float, runner: Callable[[str, Cell, float], dict[str, object]] = spawn
+) -> tuple[list[dict[str, object]], str]:
+    """Ours and confluent-kafka on every cell; returns the table rows and the RESULT line."""
+    table: list[dict[str, object]] = []
+    for cell in cells:
+        before, ours = runner("confluent", cell, seconds), runner("ours", cell, seconds)
+        rtt_ms = float(ours["ours"]["rtt_ms"])
+        budget = cell.linger_ms + rtt_ms + LATENCY_SLACK_MS
+        reduction = 100.0 * (1 - ours["requests"] / before["requests"]) if before["requests"] else float("nan")
+        row = {
+            "cell": cell,
+            "requests_confluent": before["requests"],
+            "requests_ours": ours["requests"],
+            "reduction_pct": reduction,
+            "p50_confluent": before["p50"],
+            "p99_confluent": before["p99"],
+            "p50": ours["p50"],
+            "p99": ours["p99"],
+            "rtt_ms": rtt_ms,
+            "budget_ms": budget,
+            "latency_ok": bool(ours["p99"] <= budget),
+            "achieved_pct": 100.0 * ours["achieved"] / cell.rate,
+            "achieved_pct_confluent": 100.0 * before["achieved"] / cell.rate,
+            "failed": int(ours["ours"]["failed_total"]),
+        }
+        table.append(row)
+        print(format_row(row), flush=True)
+    held = sum(r["latency_ok"] for r in table)
+    kept_rate = [r for r in table if r["achieved_pct"] >= 99.0]
+    held_where_kept = sum(r["latency_ok"] for r in kept_rate)
+    pays = [r for r in table if r["reduction_pct"] >= 50.0]
+    result = (
+        f"RESULT sweep_cells={len(table)} latency_held={held} latency_held_where_rate_kept={held_where_kept}/"
+        f"{len(kept_rate)} reduction_ge_50pct={len(pays)} "
+        f"min_reduction_pct={min(r['reduction_pct'] for r in table):.1f} "
+        f"max_reduction_pct={max(r['reduction_pct'] for r in table):.1f} "
+        f"failed={sum(r['failed'] for r in table)}"
+    )
+    return table, result
+
+
+TABLE_HEADER = (
+    "| partitions | rate | linger ms | codec | requests confluent | requests ours | reduction | "
+    "p50 / p99 confluent ms | p50 / p99 ours ms | RTT ms | p99 budget ms | held | achieved ours | achieved confluent |\n"
+    "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|"
+)
+
+
+def format_row(row: dict[str, object]) -> str:
+    cell: Cell = row["cell"]
+    return (
+        f"| {cell.partitions:,} | {int(cell.rate):,} | {cell.linger_ms:g} | {cell.compression or '-'} | "
+        f"{row['requests_confluent']:,} | {row['requests_ours']:,} | {row['reduction_pct']:.1f}% | "
+        f"{row['p50_confluent']:.0f} / {row['p99_confluent']:.0f} | {row['p50']:.0f} / {row['p99']:.0f} | "
+        f"{row['rtt_ms']:.1f} | {row['budget_ms']:.0f} | {'yes' if row['latency_ok'] else 'NO'} | "
+        f"{row['achieved_pct']:.1f}% | {row['achieved_pct_confluent']:.1f}% |"
+    )
+
+
+def headline(seconds: float) -> int:
+    cell = Cell()
     print(
         f"broker-level linger: {PARTITIONS} partitions on {BROKERS} mock brokers, {len(VALUE)}-byte values, "
-        f"linger {LINGER_MS} ms, broker.batch.max.bytes={MAX_BYTES}, {args.seconds:g} s per row, "
+        f"linger {LINGER_MS} ms, broker.batch.max.bytes={MAX_BYTES}, {seconds:g} s per row, "
         f"{os.cpu_count()} cores"
     )
     header = (
@@ -290,21 +450,21 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     rows: dict[tuple[str, float], dict[str, object]] = {}
-    for rate in RATES:
-        for client in CLIENTS:
-            row = spawn(client, rate, args.seconds)
-            rows[(client, rate)] = row
-            print(
-                f"{int(rate):>7} {client:<10} {row['requests']:>15,} {row['msgs_per_request']:>12,.1f} "
-                f"{row['p50']:>8.0f} {row['p95']:>8.0f} {row['p99']:>8.0f} {row['achieved']:>11,.0f} "
-                f"{100 * row['achieved'] / rate:>8.1f}% {row['failed']:>7}",
-                flush=True,
-            )
-    print(f"* failures among the latency-sampled messages (every {SAMPLE_EVERY}th)")
-    for rate in RATES:
-        ours = rows[("ours", rate)]["ours"]
+    plan = [(client, rate) for rate in RATES for client in CLIENTS] + [(TXN_CLIENT, RATES[0])]
+    for client, rate in plan:
+        row = spawn(client, replace(cell, rate=rate), seconds)
+        rows[(client, rate)] = row
         print(
-            f"ours@{int(rate)}: broker-counted {rows[('ours', rate)]['requests']} vs producer-counted "
+            f"{int(rate):>7} {client:<10} {row['requests']:>15,} {row['msgs_per_request']:>12,.1f} "
+            f"{row['p50']:>8.0f} {row['p95']:>8.0f} {row['p99']:>8.0f} {row['achieved']:>11,.0f} "
+            f"{100 * row['achieved'] / rate:>8.1f}% {row['failed']:>7}",
+            flush=True,
+        )
+    print(f"* failures among the latency-sampled messages (every {SAMPLE_EVERY}th)")
+    for client, rate in [("ours", r) for r in RATES] + [(TXN_CLIENT, RATES[0])]:
+        ours = rows[(client, rate)]["ours"]
+        print(
+            f"{client}@{int(rate)}: broker-counted {rows[(client, rate)]['requests']} vs producer-counted "
             f"{ours['own_requests']} requests; {ours['partitions_per_send_avg']:.0f} partitions/send; "
             f"triggers {ours['triggers_by_reason']}; in-flight window waits {ours['window_waits']}"
         )
@@ -312,14 +472,18 @@ def main(argv: list[str] | None = None) -> int:
     reduction = 100.0 * (1 - after["requests"] / before["requests"]) if before["requests"] else float("nan")
     achieved = {rate: 100.0 * rows[("ours", rate)]["achieved"] / rate for rate in RATES}
     p99 = {rate: rows[("ours", rate)]["p99"] for rate in RATES}
-    budget = LINGER_MS + 300
+    txn = rows[(TXN_CLIENT, RATES[0])]
+    txn_reduction = 100.0 * (1 - txn["requests"] / before["requests"]) if before["requests"] else float("nan")
+    txn_ok = txn_reduction >= TXN_TARGET_PCT and txn["failed"] == 0 and txn["ours"]["failed_total"] == 0
+    budget = LINGER_MS + LATENCY_SLACK_MS
     print(
-        f"targets: reduction >= 99% at 20k: {reduction:.2f}%; p99 <= {budget} ms: "
+        f"targets: reduction >= 99% at 20k: {reduction:.2f}%; p99 <= {budget:g} ms: "
         + ", ".join(f"{p99[r]:.0f} ms at {int(r / 1000)}k" for r in RATES)
         + f"; achieved >= 99% at 20k: {achieved[RATES[0]]:.1f}%"
+        + f"; transactional (commit every {TXN_COMMIT_S:g} s) reduction >= {TXN_TARGET_PCT:g}%: {txn_reduction:.2f}%"
     )
     if achieved[RATES[1]] < 99.0:
-        ceiling = spawn("ceiling", 0, min(args.seconds, CEILING_SECONDS))
+        ceiling = spawn("ceiling", cell, min(seconds, CEILING_SECONDS))
         print(
             f"pure Python cannot sustain {int(RATES[1]):,} msg/s here: our producer's measured ceiling is "
             f"{ceiling['ceiling']:,.0f} msg/s unthrottled (send to ack, one event loop, {os.cpu_count()} cores "
@@ -328,8 +492,40 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"RESULT requests_before={before['requests']} requests_ours={after['requests']} "
         f"reduction_pct={reduction:.2f} p99_ms_20k={p99[RATES[0]]:.0f} p99_ms_50k={p99[RATES[1]]:.0f} "
-        f"achieved_pct_20k={achieved[RATES[0]]:.1f} achieved_pct_50k={achieved[RATES[1]]:.1f}"
+        f"achieved_pct_20k={achieved[RATES[0]]:.1f} achieved_pct_50k={achieved[RATES[1]]:.1f} "
+        f"requests_txn={txn['requests']} transactions_ok={int(txn_ok)}"
     )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=None, help="window per row (default 60; --sweep: 5)")
+    parser.add_argument("--sweep", action="store_true", help="the seed's test plan: a grid of partitions, rates, lingers")
+    parser.add_argument("--row", choices=(*ROWS, "ceiling"), help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, default=RATES[0], help=argparse.SUPPRESS)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help=argparse.SUPPRESS)
+    parser.add_argument("--linger-ms", type=float, default=LINGER_MS, help=argparse.SUPPRESS)
+    parser.add_argument("--compression", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    seconds = args.seconds if args.seconds is not None else (SWEEP_SECONDS if args.sweep else 60.0)
+    if seconds <= 0:
+        parser.error(f"--seconds must be > 0, got {seconds}")
+    if args.row:
+        cell = Cell(args.partitions, args.rate, args.linger_ms, args.compression)
+        print(json.dumps(run_row(args.row, cell, seconds)), flush=True)
+        return 0
+    if not args.sweep:
+        return headline(seconds)
+    cells = sweep_cells()
+    print(
+        f"sweep: {len(cells)} cells, {seconds:g} s each, ours vs confluent-kafka (same linger), {BROKERS} mock "
+        f"brokers, {len(VALUE)}-byte values, {os.cpu_count()} cores; p99 budget = linger + RTT + "
+        f"{LATENCY_SLACK_MS:g} ms"
+    )
+    print(TABLE_HEADER, flush=True)
+    _, result = sweep(cells, seconds)
+    print(result)
     return 0
 
 

@@ -438,3 +438,52 @@ def test_invariants_hold_for_any_sequence(ops, max_in_flight):
             break
     assert c.pending() == 0 and c.in_flight() == 0
     assert set(sent) == set(added)  # every partition with data was sent, nothing invented
+
+
+# -- issue 16: the seed's per-broker metrics and the per-send debug line ---------------------------
+def test_per_broker_seed_metrics_count_each_send_by_reason(caplog):
+    import logging
+
+    c, clock = make({"broker.linger.ms": 100, "broker.batch.max.partitions": 3, "broker.batch.max.bytes": 1000})
+    with caplog.at_level(logging.DEBUG, logger="rebalancer.produce.collector"):
+        for i in range(3):  # broker 1: three partitions -> max_partitions at once
+            c.add(1, f"a{i}", 10, oldest=clock.now - 0.005 * i)
+        (s1,) = c.poll()
+        c.add(2, "b0", 1200)  # broker 2: bytes -> max_bytes
+        (s2,) = c.poll()
+        c.add(1, "a9", 5)
+        clock.advance(100)  # broker 1: the window expires -> broker_linger
+        (s3,) = c.poll()
+        c.add(2, "b1", 5)
+        c.set_flushing(True)
+        (s4,) = c.poll()
+    assert [s.reason for s in (s1, s2, s3, s4)] == ["max_partitions", "max_bytes", "broker_linger", "flush"]
+    b1, b2 = c.broker_stats(1), c.broker_stats(2)
+    assert (b1["batch_collector_sends"], b2["batch_collector_sends"]) == (2, 2)
+    assert b1["batch_collector_partitions_avg"] == 2.0 and b2["batch_collector_partitions_avg"] == 1.0
+    assert b1["batch_collector_wait_ms_avg"] == pytest.approx(50.0)  # (0 + 100) / 2
+    assert (b1["batch_collector_trigger_partition_threshold"], b1["batch_collector_trigger_time_threshold"]) == (1, 1)
+    assert (b2["batch_collector_trigger_size_threshold"], b2["batch_collector_trigger_flush"]) == (1, 1)
+    assert b1["batch_collector_trigger_size_threshold"] == b2["batch_collector_trigger_partition_threshold"] == 0
+    assert b1["batch_collector_effective_linger_ms"] == 100.0 and b1["batch_collector_in_flight"] == 2
+    totals = c.stats()
+    assert totals["brokers"] == {1: b1, 2: b2}
+    assert sum(b["batch_collector_sends"] for b in (b1, b2)) == totals["sends"] == 4
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "sending batch to broker 1: 3 partitions, 30 bytes, oldest 10.0 ms, reason=max_partitions",
+        "sending batch to broker 2: 1 partitions, 1200 bytes, oldest 0.0 ms, reason=max_bytes",
+        "sending batch to broker 1: 1 partitions, 5 bytes, oldest 100.0 ms, reason=broker_linger",
+        "sending batch to broker 2: 1 partitions, 5 bytes, oldest 0.0 ms, reason=flush",
+    ]
+    assert c.broker_stats(7)["batch_collector_sends"] == 0  # an unknown broker reads as empty
+
+
+def test_discard_partition_finds_it_on_any_broker():
+    c, clock = make({"broker.linger.ms": 10})
+    c.add(1, "a", 7)
+    c.add(2, "b", 5)
+    assert c.discard_partition("b") == 5 and c.pending(2) == 0 and c.pending(1) == 1
+    assert c.discard_partition("nowhere") == 0
+    clock.advance(10)
+    assert [s.partitions for s in c.poll()] == [("a",)]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
 
 from rebalancer.produce import BatchingProducer
 from rebalancer.testing import MockKafkaCluster
+from rebalancer.testing.mock_cluster import API_KEYS
 
 pytestmark = pytest.mark.kafka
 
@@ -53,6 +55,13 @@ def test_counts_produce_requests_per_broker_from_another_client(cluster: MockKaf
     counts = cluster.produce_requests()
     assert sum(counts.values()) == 3
     assert set(counts) <= {1, 2, 3}
+    # The same requests, one by one in arrival order, and by ApiKey.
+    log = cluster.request_log()
+    produce = [r for r in log if r.api_key == API_KEYS["Produce"]]
+    assert len(produce) == 3 and dict(sorted(Counter(r.broker_id for r in produce).items())) == counts
+    assert [r.timestamp_us for r in log] == sorted(r.timestamp_us for r in log)
+    by_key = cluster.requests_by_api_key()
+    assert by_key[API_KEYS["Produce"]] == 3 and sum(by_key.values()) == len(log)
     cluster.start_request_tracking()  # restarting forgets what was counted
     assert cluster.produce_requests() == {}
 
@@ -117,3 +126,22 @@ def test_in_flight_window_holds_sends_under_high_rtt(cluster: MockKafkaCluster, 
     assert all(f.exception() is None for f in futures)
     assert stats["window_waits"] >= 1 and stats["window_wait_ms_total"] >= 50
     assert stats["in_flight"] == 0
+
+
+def test_pushed_request_errors_reach_the_client(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0, "retries": 0,
+                         "enable.idempotence": False, "acks": "all"})  # fmt: skip
+    producer.produce(topic, b"warm", partition=0)
+    producer.flush(10)
+    errors: list[str] = []
+    cluster.push_request_errors(API_KEYS["Produce"], [87])  # INVALID_RECORD: not retriable
+    producer.produce(topic, b"x", partition=0, on_delivery=lambda err, _msg: errors.append(err and err.name()))
+    producer.flush(10)
+    producer.produce(topic, b"y", partition=0, on_delivery=lambda err, _msg: errors.append(err and err.name()))
+    producer.flush(10)
+    assert errors == ["INVALID_RECORD", None]  # one error, consumed by one request
+    with pytest.raises(ValueError, match="errors must be a non-empty list of Kafka error codes"):
+        cluster.push_request_errors(0, [])
+    with pytest.raises(ValueError, match=r"api_key must be an int in 0\.\.32767, got -1"):
+        cluster.push_request_errors(-1, [1])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+import logging
+import re
+from collections import Counter, defaultdict
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from rebalancer.produce import BatchingProducer, ProducerStoppedError
 from rebalancer.testing import MockKafkaCluster
@@ -292,3 +294,236 @@ def test_buffer_limit_applies_backpressure_without_losing_messages(cluster: Mock
     assert stats["acked"] == stats["produced"] == 400 and all(f.exception() is None for f in futures)
     by_partition = offsets_by_partition(f.result() for f in futures)
     assert all(offsets == list(range(len(offsets))) for offsets in by_partition.values())
+
+
+# -- issue 16: bad values, codecs ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"broker.linger.ms": 10**400}, "broker.linger.ms must be a finite number >= 0"),
+        ({"acks": True}, "acks must be one of all, -1, 1, 0; got True"),
+        ({"acks": 1.0}, r"acks must be one of all, -1, 1, 0; got 1\.0"),
+        ({"acks": False}, "acks must be one of all, -1, 1, 0; got False"),
+        ({"compression.type": "brotli"}, "compression.type must be one of none, gzip, snappy, lz4, zstd; got 'brotli'"),
+    ],
+)
+def test_bad_values_raise_value_error_naming_the_key(config, message):
+    with pytest.raises(ValueError, match=message):
+        BatchingProducer({"bootstrap.servers": "x:1", **config})
+
+
+@pytest.mark.parametrize("name", ["snappy", "lz4", "zstd"])
+def test_missing_codec_fails_at_construction_naming_the_package(monkeypatch, name):
+    from aiokafka import codec
+
+    monkeypatch.setattr(codec, f"has_{name}", lambda: False)
+    with pytest.raises(ValueError, match=f"compression.type={name} needs the cramjam package: pip install cramjam"):
+        BatchingProducer({"bootstrap.servers": "x:1", "compression.type": name})
+
+
+@pytest.mark.parametrize("name", ["lz4", "zstd"])
+def test_compressed_messages_round_trip(cluster: MockKafkaCluster, new_topic, name):
+    topic = new_topic(6)
+
+    async def main():
+        async with BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "compression.type": name}) as p:
+            futures = [await p.send(topic, f"m{i}".encode() * 20, partition=i % 6) for i in range(300)]
+            await p.flush()
+        return futures, await read_all(cluster.bootstrap_servers, topic)
+
+    futures, stored = run(main())
+    assert all(f.exception() is None for f in futures)
+    assert sorted(stored) == sorted(f"m{i}".encode() * 20 for i in range(300))
+
+
+# -- issue 16: stop() always resolves every future exactly once ------------------------------------
+async def _outage_then_stop(cluster: MockKafkaCluster, topic: str, idempotent: bool, stop):
+    p = BatchingProducer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "broker.linger.ms": 5,
+            "enable.idempotence": idempotent,
+            "retry.backoff.ms": 20,
+        }
+    )
+    await p.start()
+    for q in range(3):  # metadata and connections first
+        await p.send(topic, b"warm-up", partition=q)
+    await p.flush()
+    down = p.partition_leader(topic, 0)
+    resolutions: list[int] = [0] * 300
+    futures = []
+    try:
+        cluster.set_down(down)
+        for i in range(300):
+            future = await p.send(topic, f"m{i}".encode(), partition=i % 3)
+            future.add_done_callback(lambda _f, i=i: resolutions.__setitem__(i, resolutions[i] + 1))
+            futures.append(future)
+        await stop(p)
+    finally:
+        cluster.set_up(down)
+    await asyncio.sleep(0.3)  # the broker is back: nothing may resolve a second time
+    on_down = [i for i in range(300) if p.partition_leader(topic, i % 3) == down]
+    return p, futures, resolutions, on_down
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_cancelled_stop_resolves_every_future_exactly_once(cluster: MockKafkaCluster, new_topic, idempotent):
+    topic = new_topic(3)
+
+    async def cancelled_stop(p: BatchingProducer) -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(p.stop(), 0.5)  # cut off while the broker is down
+
+    async def main():
+        return await _outage_then_stop(cluster, topic, idempotent, cancelled_stop)
+
+    p, futures, resolutions, on_down = run(main())
+    stats = p.stats()
+    assert resolutions == [1] * 300  # every future resolved, exactly once
+    assert stats["acked"] + stats["failed"] == stats["produced"] == 303
+    assert on_down and all(isinstance(futures[i].exception(), ProducerStoppedError) for i in on_down)
+    assert stats["failed_at_stop"] == stats["failed"] >= len(on_down)
+    with pytest.raises(ProducerStoppedError):
+        run(p.send(topic, b"late"))
+
+
+def test_stop_with_timeout_bounds_an_idempotent_outage(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(3)
+
+    async def bounded_stop(p: BatchingProducer) -> None:
+        await p.stop(timeout=0.5)  # idempotence retries forever; the timeout ends it
+
+    async def main():
+        return await _outage_then_stop(cluster, topic, True, bounded_stop)
+
+    p, futures, resolutions, on_down = run(main())
+    stats = p.stats()
+    assert resolutions == [1] * 300
+    assert stats["acked"] + stats["failed"] == stats["produced"] == 303
+    assert on_down and all(isinstance(futures[i].exception(), KafkaTimeoutError) for i in on_down)
+    assert "stop(timeout=0.5) expired" in str(futures[on_down[0]].exception())
+    assert stats["errors"].get("KafkaTimeoutError", 0) == stats["failed"]
+
+
+def test_stop_timeout_must_be_a_non_negative_number():
+    async def main():
+        p = BatchingProducer({"bootstrap.servers": "x:1"})
+        with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0 or None, got -1"):
+            await p.stop(timeout=-1)
+
+    run(main())
+
+
+# -- issue 16: per-broker stats and the debug line -------------------------------------------------
+SEND_LINE = re.compile(
+    r"sending batch to broker (\d+): (\d+) partitions, (\d+) bytes, oldest ([\d.]+) ms, reason=(\w+)$"
+)
+
+
+def test_per_broker_stats_sum_to_totals_and_match_the_logged_reasons(cluster: MockKafkaCluster, new_topic, caplog):
+    topic = new_topic(30)
+
+    async def main():
+        p = BatchingProducer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "broker.linger.ms": 20, "broker.batch.max.partitions": 8}
+        )
+        await p.start()
+        for round_ in range(6):
+            for i in range(300):
+                await p.send(topic, b"x" * 50, partition=(i * 7 + round_) % 30)
+            await asyncio.sleep(0.05)
+            for q in range(3):  # a few partitions only: these go when the 20 ms window expires
+                await p.send(topic, b"y" * 50, partition=q)
+            await asyncio.sleep(0.05)
+        await p.flush()
+        stats = p.stats()
+        await p.stop()
+        return stats
+
+    with caplog.at_level(logging.DEBUG, logger="rebalancer.produce.collector"):
+        stats = run(main())
+    logged = [SEND_LINE.match(r.getMessage()) for r in caplog.records if r.name == "rebalancer.produce.collector"]
+    assert logged and all(logged)
+    brokers = stats["brokers"]
+    assert set(brokers) == {1, 2, 3}
+    per_broker = lambda key: sum(b[key] for b in brokers.values())  # noqa: E731
+    assert per_broker("batch_collector_sends") == stats["sends"] == len(logged)
+    assert per_broker("batch_collector_partitions_sent") == round(stats["partitions_per_send_avg"] * stats["sends"])
+    reasons = stats["triggers_by_reason"]
+    assert per_broker("batch_collector_trigger_partition_threshold") == reasons["max_partitions"] > 0
+    assert per_broker("batch_collector_trigger_size_threshold") == reasons["max_bytes"] == 0
+    assert per_broker("batch_collector_trigger_time_threshold") == reasons["broker_linger"] > 0
+    assert per_broker("batch_collector_trigger_flush") == reasons["flush"]
+    assert per_broker("batch_collector_inflight_waits") == stats["window_waits"]
+    # Each broker's counters match the reasons its sends logged.
+    seed_name = {"max_partitions": "batch_collector_trigger_partition_threshold",
+                 "max_bytes": "batch_collector_trigger_size_threshold",
+                 "broker_linger": "batch_collector_trigger_time_threshold", "flush": "batch_collector_trigger_flush"}  # fmt: skip
+    counted = Counter((int(m[1]), seed_name[m[5]]) for m in logged)
+    for broker, b in brokers.items():
+        for name in seed_name.values():
+            assert b[name] == counted[(broker, name)], (broker, name)
+        lines = [m for m in logged if int(m[1]) == broker]
+        assert b["batch_collector_sends"] == len(lines)
+        assert b["batch_collector_partitions_avg"] == pytest.approx(sum(int(m[2]) for m in lines) / len(lines))
+        assert all(int(m[2]) >= 8 for m in lines if m[5] == "max_partitions")  # the trigger fired at 8
+        assert b["batch_collector_wait_ms_avg"] >= 0 and b["batch_collector_effective_linger_ms"] == 20
+    weighted = sum(b["batch_collector_wait_ms_avg"] * b["batch_collector_sends"] for b in brokers.values())
+    assert weighted / stats["sends"] == pytest.approx(stats["wait_ms_avg"])
+
+
+# -- issue 16: aiokafka's error semantics, kept ----------------------------------------------------
+NOT_LEADER_OR_FOLLOWER, OUT_OF_ORDER_SEQUENCE_NUMBER = 6, 45
+
+
+async def _answer_with_errors(cluster: MockKafkaCluster, topic: str, codes: list[int], **config: object):
+    """An idempotent producer whose next ProduceRequests get `codes`; 120 messages sent and flushed."""
+    from rebalancer.testing.mock_cluster import API_KEYS
+
+    p = BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True, **config})
+    await p.start()
+    await p.send(topic, b"warm-up", partition=0)
+    await p.flush()
+    cluster.push_request_errors(API_KEYS["Produce"], codes)
+    futures = [await p.send(topic, f"m{i}".encode(), partition=i % 6) for i in range(120)]
+    await p.flush()
+    cluster.clear_request_errors(API_KEYS["Produce"])
+    return p, futures
+
+
+def test_retriable_errors_retry_and_every_future_resolves_once(cluster: MockKafkaCluster, new_topic):
+    topic = new_topic(6)
+
+    async def main():
+        p, futures = await _answer_with_errors(
+            cluster, topic, [NOT_LEADER_OR_FOLLOWER] * 2, **{"retry.backoff.ms": 10}
+        )
+        stats = p.stats()
+        await p.stop()
+        return futures, stats, await read_all(cluster.bootstrap_servers, topic)
+
+    futures, stats, stored = run(main())
+    assert stats["retries"] >= 1 and stats["failed"] == 0 and stats["acked"] == 121
+    assert all(f.exception() is None for f in futures)
+    assert sorted(v for v in stored if v != b"warm-up") == sorted(f"m{i}".encode() for i in range(120))
+
+
+def test_out_of_order_sequence_is_re_raised_and_ends_an_idempotent_producer(cluster: MockKafkaCluster, new_topic):
+    from aiokafka.errors import OutOfOrderSequenceNumber
+
+    topic = new_topic(6)
+
+    async def main():
+        p, futures = await _answer_with_errors(
+            cluster, topic, [OUT_OF_ORDER_SEQUENCE_NUMBER] * 3, **{"broker.linger.ms": 60_000}
+        )
+        with pytest.raises(OutOfOrderSequenceNumber):
+            await p.send(topic, b"after", partition=0)
+        stats = p.stats()
+        await p.stop()
+        return futures, stats
+
+    futures, stats = run(main())
+    assert all(isinstance(f.exception(), OutOfOrderSequenceNumber) for f in futures)
+    assert stats["errors"] == {"OutOfOrderSequenceNumber": 120} and stats["acked"] == 1

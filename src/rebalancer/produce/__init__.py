@@ -1,7 +1,22 @@
-"""Broker-level linger: the batch collector and the batching Kafka producer (issue 4)."""
+"""Broker-level linger: the batch collector and the batching Kafka producer (issues 4 and 16)."""
+
+from rebalancer._extras import require_extra
+
+require_extra("rebalancer.produce", "kafka", ("aiokafka",))
+
+from aiokafka.structs import TopicPartition
 
 from rebalancer.produce.collector import BrokerBatchCollector, Send
 from rebalancer.produce.config import CollectorConfig
-from rebalancer.produce.producer import BatchingProducer, ProducerStoppedError
+from rebalancer.produce.errors import ProducerStoppedError, TransactionAbortedError
+from rebalancer.produce.producer import BatchingProducer
 
-__all__ = ["BatchingProducer", "BrokerBatchCollector", "CollectorConfig", "ProducerStoppedError", "Send"]
+__all__ = [
+    "BatchingProducer",
+    "BrokerBatchCollector",
+    "CollectorConfig",
+    "ProducerStoppedError",
+    "Send",
+    "TopicPartition",
+    "TransactionAbortedError",
+]

@@ -22,6 +22,7 @@ Rules (issue 4, with the fork's two lessons built in):
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -37,11 +38,22 @@ __all__ = [
     "ADAPTIVE_RTT_SLACK_MS",
     "ADAPTIVE_STEP_FRACTION",
     "REASONS",
+    "SEED_TRIGGERS",
     "BrokerBatchCollector",
     "Send",
 ]
 
 REASONS: tuple[str, ...] = ("flush", "max_partitions", "max_bytes", "broker_linger", "partition_linger")
+# The seed's per-broker trigger counters, by the reasons they count. `partition_linger` (legacy
+# mode) is a timeout too, so it counts as a time trigger.
+SEED_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "batch_collector_trigger_partition_threshold": ("max_partitions",),
+    "batch_collector_trigger_size_threshold": ("max_bytes",),
+    "batch_collector_trigger_time_threshold": ("broker_linger", "partition_linger"),
+    "batch_collector_trigger_flush": ("flush",),
+}
+
+log = logging.getLogger(__name__)
 
 # Adaptive mode (AIMD on an RTT EMA); see docs/produce.md for why it shrinks the linger on congestion.
 ADAPTIVE_EMA_WEIGHT = 1 / 8  # as in the seed: ema = 7/8 ema + 1/8 rtt
@@ -95,13 +107,23 @@ class _Broker:
     rtt_base_ms: float | None = None
     linger_ms: float = 0.0
     last_decrease: float = float("-inf")
+    # per-broker stats (the seed's metrics)
+    sends: int = 0
+    partitions_sent: int = 0
+    wait_ms_total: float = 0.0
+    triggers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    window_waits: int = 0
+    window_wait_ms: float = 0.0
 
 
 class BrokerBatchCollector:
     """Per-broker collection of ready partitions; see the module docstring for the rules."""
 
     def __init__(
-        self, config: Mapping[str, object] | CollectorConfig | None = None, *, clock: Callable[[], float] = time.monotonic
+        self,
+        config: Mapping[str, object] | CollectorConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config if isinstance(config, CollectorConfig) else CollectorConfig.from_dict(config)
         self._clock = clock
@@ -163,7 +185,9 @@ class BrokerBatchCollector:
                 part.oldest = oldest
         state.total_bytes += nbytes
         cfg = self.config
-        return (0 < cfg.batch_max_partitions <= len(state.parts)) or (0 < cfg.batch_max_bytes <= state.total_bytes)
+        return (0 < cfg.batch_max_partitions <= len(state.parts)) or (
+            0 < cfg.batch_max_bytes <= state.total_bytes
+        )
 
     def discard(self, broker: Hashable, partition: Hashable) -> int:
         """Forget `partition` (its data went elsewhere, e.g. a new leader); returns the bytes dropped."""
@@ -177,6 +201,10 @@ class BrokerBatchCollector:
         if not state.parts:
             self._reset_window(state, None)
         return part.nbytes
+
+    def discard_partition(self, partition: Hashable) -> int:
+        """Forget `partition` on whichever broker holds it (an abort dropped its data); returns the bytes."""
+        return sum(self.discard(broker, partition) for broker in list(self._brokers))
 
     def set_flushing(self, flushing: bool) -> None:
         """While flushing, every broker with sendable partitions is due at once (reason `flush`)."""
@@ -277,22 +305,33 @@ class BrokerBatchCollector:
         if held_ms > 0:
             self._window_waits += 1
             self._window_wait_ms += held_ms
+            state.window_waits += 1
+            state.window_wait_ms += held_ms
         window_start = state.first_add if state.first_add is not None else now
         wait_ms = (now - window_start) * 1000.0
         reason = state.due_reason or "flush"
         sends: list[Send] = []
+        debug = log.isEnabledFor(logging.DEBUG)
         for group in groups:
             partitions = tuple(p for p, _ in group)
             nbytes = 0
+            oldest = now
             for p, part in group:
                 nbytes += part.nbytes
+                if part.oldest < oldest:
+                    oldest = part.oldest
                 del state.parts[p]
                 state.busy.add(p)
             state.total_bytes -= nbytes
             send = Send(next(self._ids), broker, partitions, nbytes, reason, wait_ms, held_ms, now)
             state.in_flight[send.id] = send
             sends.append(send)
-            self._record(send)
+            self._record(state, send)
+            if debug:
+                log.debug(
+                    "sending batch to broker %s: %d partitions, %d bytes, oldest %.1f ms, reason=%s",
+                    broker, len(partitions), nbytes, (now - oldest) * 1000.0, reason,
+                )  # fmt: skip
         state.resume = (group[-1][1].ordinal + 1) % max(1, len(state.ordinals))
         if len(groups) > 1:
             self._split_sends += len(groups) - 1
@@ -303,7 +342,7 @@ class BrokerBatchCollector:
             self._reset_window(state, now)
         return sends
 
-    def _record(self, send: Send) -> None:
+    def _record(self, state: _Broker, send: Send) -> None:
         n = len(send.partitions)
         self._sends += 1
         self._partitions_sent += n
@@ -311,6 +350,10 @@ class BrokerBatchCollector:
             self._partitions_max = n
         self._triggers[send.reason] += 1
         self._wait.add(send.wait_ms)
+        state.sends += 1
+        state.partitions_sent += n
+        state.wait_ms_total += send.wait_ms
+        state.triggers[send.reason] += 1
 
     def complete(self, send: Send, *, rtt_ms: float | None = None, ok: bool = True) -> None:
         """`send` got its response (or failed): free its slot and partitions; feed adaptive mode."""
@@ -327,7 +370,9 @@ class BrokerBatchCollector:
         now = self._clock()
         configured = self.config.broker_linger_ms
         state.rtt_ema_ms = (
-            rtt_ms if state.rtt_ema_ms is None else state.rtt_ema_ms + ADAPTIVE_EMA_WEIGHT * (rtt_ms - state.rtt_ema_ms)
+            rtt_ms
+            if state.rtt_ema_ms is None
+            else state.rtt_ema_ms + ADAPTIVE_EMA_WEIGHT * (rtt_ms - state.rtt_ema_ms)
         )
         state.rtt_base_ms = rtt_ms if state.rtt_base_ms is None else min(state.rtt_base_ms, rtt_ms)
         ema, base = state.rtt_ema_ms, state.rtt_base_ms
@@ -407,4 +452,28 @@ class BrokerBatchCollector:
             "adaptive_decreases": self._adaptive_decreases,
             "adaptive_increases": self._adaptive_increases,
             "effective_linger_ms": {b: s.linger_ms for b, s in self._brokers.items()},
+            "brokers": {b: self.broker_stats(b) for b in self._brokers},
         }
+
+    def broker_stats(self, broker: Hashable) -> dict[str, object]:
+        """The seed's per-broker metrics (`batch_collector_*`), plus in-flight waits and the linger in use."""
+        state = self._brokers.get(broker) or _Broker(linger_ms=self.config.broker_linger_ms)
+        sends = state.sends
+        stats: dict[str, object] = {
+            "batch_collector_sends": sends,
+            "batch_collector_partitions_avg": state.partitions_sent / sends if sends else 0.0,
+            "batch_collector_wait_ms_avg": state.wait_ms_total / sends if sends else 0.0,
+        }
+        for name, reasons in SEED_TRIGGERS.items():
+            stats[name] = sum(state.triggers[r] for r in reasons)
+        stats.update(
+            {
+                "batch_collector_partitions_sent": state.partitions_sent,
+                "batch_collector_inflight_waits": state.window_waits,
+                "batch_collector_inflight_wait_ms_total": state.window_wait_ms,
+                "batch_collector_in_flight": len(state.in_flight),
+                "batch_collector_pending_partitions": len(state.parts),
+                "batch_collector_effective_linger_ms": state.linger_ms,
+            }
+        )
+        return stats

@@ -10,13 +10,26 @@ import time
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="produce_command", metavar="COMMAND")
     sub.required = True
-    demo = sub.add_parser("demo", help="send messages through BatchingProducer to a local mock cluster")
-    demo.add_argument("--brokers", type=int, default=3)
-    demo.add_argument("--partitions", type=int, default=1000)
-    demo.add_argument("--messages", type=int, default=50_000)
+    demo = sub.add_parser(
+        "demo",
+        help="send messages through BatchingProducer to a local mock cluster",
+        description="Start librdkafka's mock Kafka cluster on loopback, create a topic, send messages "
+        "at a steady rate through BatchingProducer, and print the ProduceRequests the brokers "
+        "counted, messages per request and latency. A per-partition producer sends about one "
+        "request per partition and linger interval; this one sends one per broker.",
+    )
+    demo.add_argument("--brokers", type=int, default=3, help="mock brokers to start")
+    demo.add_argument(
+        "--partitions", type=int, default=1000, help="partitions of the topic, spread over the brokers"
+    )
+    demo.add_argument(
+        "--messages", type=int, default=50_000, help="messages to send, round-robin over the partitions"
+    )
     demo.add_argument("--rate", type=float, default=20_000.0, help="messages per second")
-    demo.add_argument("--linger-ms", type=float, default=500.0, help="broker.linger.ms")
-    demo.add_argument("--value-bytes", type=int, default=100)
+    demo.add_argument(
+        "--linger-ms", type=float, default=500.0, help="broker.linger.ms: how long a broker's batch waits"
+    )
+    demo.add_argument("--value-bytes", type=int, default=100, help="bytes per message value")
     demo.set_defaults(func=cmd_demo)
 
 

@@ -38,7 +38,9 @@ def check_known_keys(config: Mapping[str, object], valid: Iterable[str]) -> None
     valid_set = set(valid)
     unknown = sorted(str(k) for k in config if k not in valid_set)
     if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(sorted(valid_set))}")
+        raise ValueError(
+            f"unknown config key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(sorted(valid_set))}"
+        )
 
 
 def parse_ms(key: str, value: object) -> float:
@@ -51,7 +53,10 @@ def parse_ms(key: str, value: object) -> float:
         except ValueError:
             raise ValueError(f"{key} must be a number of milliseconds, got {value!r}") from None
     elif isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float range (10**400) is not a finite number either
+            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}") from None
     else:
         raise ValueError(f"{key} must be a number of milliseconds, got {value!r}")
     if not math.isfinite(number) or number < 0:
@@ -131,12 +136,19 @@ class CollectorConfig:
         return cls(
             broker_linger_ms=broker_linger,
             batch_max_partitions=parse_int(
-                "broker.batch.max.partitions", merged["broker.batch.max.partitions"], minimum=1, allow_off=True
+                "broker.batch.max.partitions",
+                merged["broker.batch.max.partitions"],
+                minimum=1,
+                allow_off=True,
             ),
-            batch_max_bytes=parse_int("broker.batch.max.bytes", merged["broker.batch.max.bytes"], minimum=1, allow_off=True),
+            batch_max_bytes=parse_int(
+                "broker.batch.max.bytes", merged["broker.batch.max.bytes"], minimum=1, allow_off=True
+            ),
             max_request_size=parse_int("max.request.size", merged["max.request.size"], minimum=1),
             max_in_flight=parse_int(
-                "max.in.flight.requests.per.connection", merged["max.in.flight.requests.per.connection"], minimum=1
+                "max.in.flight.requests.per.connection",
+                merged["max.in.flight.requests.per.connection"],
+                minimum=1,
             ),
             adaptive=parse_bool("broker.adaptive", merged["broker.adaptive"]),
             legacy_linger_ms=legacy,

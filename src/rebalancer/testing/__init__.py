@@ -1,5 +1,9 @@
 """Test peers users need too: a real Kafka-protocol mock cluster."""
 
+from rebalancer._extras import require_extra
+
+require_extra("rebalancer.testing", "kafka", ("confluent_kafka",))
+
 from rebalancer.testing.mock_cluster import MockKafkaCluster
 
 __all__ = ["MockKafkaCluster"]

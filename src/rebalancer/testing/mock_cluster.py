@@ -12,11 +12,41 @@ import glob
 import os
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from types import TracebackType
+from typing import NamedTuple
 
-__all__ = ["PRODUCE_API_KEY", "MockKafkaCluster", "librdkafka_path"]
+__all__ = [
+    "ADD_PARTITIONS_TO_TXN_API_KEY",
+    "API_KEYS",
+    "END_TXN_API_KEY",
+    "INIT_PRODUCER_ID_API_KEY",
+    "PRODUCE_API_KEY",
+    "MockKafkaCluster",
+    "TrackedRequest",
+    "librdkafka_path",
+]
 
 PRODUCE_API_KEY = 0
+INIT_PRODUCER_ID_API_KEY = 22
+ADD_PARTITIONS_TO_TXN_API_KEY = 24
+END_TXN_API_KEY = 26
+# The Kafka protocol's ApiKeys a producer sends, by name (KIP-482 numbering).
+API_KEYS: dict[str, int] = {
+    "Produce": 0,
+    "Fetch": 1,
+    "ListOffsets": 2,
+    "Metadata": 3,
+    "OffsetCommit": 8,
+    "OffsetFetch": 9,
+    "FindCoordinator": 10,
+    "ApiVersions": 18,
+    "InitProducerId": 22,
+    "AddPartitionsToTxn": 24,
+    "AddOffsetsToTxn": 25,
+    "EndTxn": 26,
+    "TxnOffsetCommit": 28,
+}
 _RD_KAFKA_PRODUCER = 0
 
 _lib: ctypes.CDLL | None = None
@@ -44,14 +74,20 @@ def _load() -> ctypes.CDLL:
         sigs: dict[str, tuple[object, list[object]]] = {
             "rd_kafka_conf_new": (vp, []),
             "rd_kafka_conf_destroy": (None, [vp]),
-            "rd_kafka_conf_set": (c_int, [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+            "rd_kafka_conf_set": (
+                c_int,
+                [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t],
+            ),
             "rd_kafka_new": (vp, [c_int, vp, ctypes.c_char_p, ctypes.c_size_t]),
             "rd_kafka_destroy": (None, [vp]),
             "rd_kafka_mock_cluster_new": (vp, [vp, c_int]),
             "rd_kafka_mock_cluster_destroy": (None, [vp]),
             "rd_kafka_mock_cluster_bootstraps": (ctypes.c_char_p, [vp]),
             "rd_kafka_mock_topic_create": (c_int, [vp, ctypes.c_char_p, c_int, c_int]),
-            "rd_kafka_mock_partition_set_leader": (c_int, [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32]),
+            "rd_kafka_mock_partition_set_leader": (
+                c_int,
+                [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32],
+            ),
             "rd_kafka_mock_broker_set_rtt": (c_int, [vp, ctypes.c_int32, c_int]),
             "rd_kafka_mock_broker_set_down": (c_int, [vp, ctypes.c_int32]),
             "rd_kafka_mock_broker_set_up": (c_int, [vp, ctypes.c_int32]),
@@ -62,6 +98,12 @@ def _load() -> ctypes.CDLL:
             "rd_kafka_mock_request_destroy_array": (None, [ctypes.POINTER(vp), ctypes.c_size_t]),
             "rd_kafka_mock_request_id": (ctypes.c_int32, [vp]),
             "rd_kafka_mock_request_api_key": (ctypes.c_int16, [vp]),
+            "rd_kafka_mock_request_timestamp": (ctypes.c_int64, [vp]),
+            "rd_kafka_mock_push_request_errors_array": (
+                None,
+                [vp, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(c_int)],
+            ),
+            "rd_kafka_mock_clear_request_errors": (None, [vp, ctypes.c_int16]),
             "rd_kafka_err2str": (ctypes.c_char_p, [c_int]),
         }
         for name, (restype, argtypes) in sigs.items():
@@ -70,6 +112,14 @@ def _load() -> ctypes.CDLL:
             fn.argtypes = argtypes
         _lib = lib
         return lib
+
+
+class TrackedRequest(NamedTuple):
+    """One request a mock broker received, in arrival order."""
+
+    broker_id: int
+    api_key: int
+    timestamp_us: int  # librdkafka's monotonic clock, microseconds
 
 
 class MockKafkaCluster:
@@ -148,12 +198,16 @@ class MockKafkaCluster:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         if not 1 <= replication_factor <= self.brokers:
             raise ValueError(f"replication_factor must be in 1..{self.brokers}, got {replication_factor}")
-        err = self._lib.rd_kafka_mock_topic_create(self._cluster(), name.encode(), partitions, replication_factor)
+        err = self._lib.rd_kafka_mock_topic_create(
+            self._cluster(), name.encode(), partitions, replication_factor
+        )
         self._check(err, f"create_topic({name!r})")
 
     def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
         self._check_broker(broker_id)
-        err = self._lib.rd_kafka_mock_partition_set_leader(self._cluster(), topic.encode(), partition, broker_id)
+        err = self._lib.rd_kafka_mock_partition_set_leader(
+            self._cluster(), topic.encode(), partition, broker_id
+        )
         self._check(err, f"set_leader({topic!r}, {partition}, {broker_id})")
 
     # -- faults ----------------------------------------------------------------------------------
@@ -186,21 +240,55 @@ class MockKafkaCluster:
     def clear_requests(self) -> None:
         self._lib.rd_kafka_mock_clear_requests(self._cluster())
 
-    def requests(self, api_key: int | None = None) -> dict[int, int]:
-        """{broker_id: count} of tracked requests, optionally of one ApiKey."""
+    def request_log(self) -> list[TrackedRequest]:
+        """Every tracked request, in the order the brokers received them."""
         count = ctypes.c_size_t(0)
         reqs = self._lib.rd_kafka_mock_get_requests(self._cluster(), ctypes.byref(count))
-        per_broker: Counter[int] = Counter()
         if not reqs:
-            return {}
+            return []
+        lib = self._lib
         try:
-            for i in range(count.value):
-                req = reqs[i]
-                if api_key is None or self._lib.rd_kafka_mock_request_api_key(req) == api_key:
-                    per_broker[int(self._lib.rd_kafka_mock_request_id(req))] += 1
+            log = [
+                TrackedRequest(
+                    int(lib.rd_kafka_mock_request_id(reqs[i])),
+                    int(lib.rd_kafka_mock_request_api_key(reqs[i])),
+                    int(lib.rd_kafka_mock_request_timestamp(reqs[i])),
+                )
+                for i in range(count.value)
+            ]
         finally:
-            self._lib.rd_kafka_mock_request_destroy_array(reqs, count.value)
+            lib.rd_kafka_mock_request_destroy_array(reqs, count.value)
+        log.sort(key=lambda r: r.timestamp_us)  # stable: ties keep the mock's order
+        return log
+
+    def requests(self, api_key: int | None = None) -> dict[int, int]:
+        """{broker_id: count} of tracked requests, optionally of one ApiKey."""
+        per_broker: Counter[int] = Counter(
+            r.broker_id for r in self.request_log() if api_key in (None, r.api_key)
+        )
         return dict(sorted(per_broker.items()))
+
+    def requests_by_api_key(self) -> dict[int, int]:
+        """{api_key: count} of tracked requests over all brokers (Produce 0, AddPartitionsToTxn 24, EndTxn 26...)."""
+        return dict(sorted(Counter(r.api_key for r in self.request_log()).items()))
+
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
+        """The next len(errors) requests of `api_key`, on any broker, fail with these Kafka error codes in turn.
+
+        E.g. `push_request_errors(API_KEYS["Produce"], [47])`: the next ProduceRequest is answered
+        INVALID_PRODUCER_EPOCH, what a broker tells a producer fenced by a newer instance.
+        """
+        if not isinstance(api_key, int) or not 0 <= api_key < 2**15:
+            raise ValueError(f"api_key must be an int in 0..32767, got {api_key!r}")
+        codes = list(errors)
+        if not codes or not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+            raise ValueError(f"errors must be a non-empty list of Kafka error codes, got {errors!r}")
+        array = (ctypes.c_int * len(codes))(*codes)
+        self._lib.rd_kafka_mock_push_request_errors_array(self._cluster(), api_key, len(codes), array)
+
+    def clear_request_errors(self, api_key: int) -> None:
+        """Forget errors pushed for `api_key` that no request has consumed yet."""
+        self._lib.rd_kafka_mock_clear_request_errors(self._cluster(), api_key)
 
     def produce_requests(self) -> dict[int, int]:
         """{broker_id: ProduceRequests received} since `start_request_tracking()`."""

@@ -1,0 +1,516 @@
+"""The one seam between `rebalancer.produce` and aiokafka's internals.
+
+Every private aiokafka name the package uses is used here and nowhere else; `PRIVATE_NAMES` lists
+them and tests/produce/test_aiokafka_contract.py pins the behaviour of each, so an aiokafka upgrade
+that changes one fails there, in one place, instead of silently in production.
+
+What we keep of aiokafka: its client (connections, metadata), its record batch builder, its
+`SendProduceReqHandler` (one ProduceRequest for many partitions, per-partition errors, the
+retry-or-fail decision), its `TransactionManager` (idempotent sequences, transaction state) and the
+Sender's transactional handlers (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn). What we replace is *when* a partition goes out (the `BrokerBatchCollector`
+decides per broker) and how many requests are in flight. The sender loop below is aiokafka's, with
+its transactional branch and its re-raise of fatal errors, and with the collector's plan in place of
+`drain_by_nodes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.errors import (
+    KafkaError,
+    LeaderNotAvailableError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
+from aiokafka.producer.sender import Sender, SendProduceReqHandler
+from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
+from aiokafka.structs import TopicPartition
+from aiokafka.util import create_task
+
+from rebalancer.produce.collector import BrokerBatchCollector, Send
+from rebalancer.produce.errors import ProducerStoppedError
+from rebalancer.produce.stats import DeliveryCounters
+
+__all__ = [
+    "FATAL_ERRORS",
+    "PRIVATE_NAMES",
+    "Accumulator",
+    "Batch",
+    "BatchingSender",
+    "wait_on_metadata",
+]
+
+log = logging.getLogger(__name__)
+
+# Every private aiokafka name used below, by owner. The contract tests check each one.
+PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
+    "aiokafka.producer.message_accumulator.BatchBuilder": ("_builder", "_relative_offset", "_closed"),
+    "aiokafka.producer.message_accumulator.MessageBatch": ("_builder", "_drain_waiter"),
+    "aiokafka.producer.message_accumulator.MessageAccumulator": (
+        "_batches",
+        "_pending_batches",
+        "_waiter_future",
+        "_pop_batch",
+    ),
+    "aiokafka.producer.sender.Sender": (
+        "_sender_routine",
+        "_fail_all",
+        "_maybe_wait_for_pid",
+        "_maybe_do_transactional_request",
+    ),
+    "aiokafka.client.AIOKafkaClient": ("_wait_on_metadata",),
+}
+
+# As in aiokafka's sender: these end the producer (every pending future fails with them) instead of
+# failing one batch. A fenced producer must not write again; a sequence gap cannot be repaired.
+FATAL_ERRORS: tuple[type[BaseException], ...] = (
+    ProducerFenced,
+    OutOfOrderSequenceNumber,
+    TransactionalIdAuthorizationFailed,
+)
+
+_NO_HEADERS: list = []  # the C record builder wants a list; never mutated
+_Future = asyncio.Future
+
+
+async def wait_on_metadata(client: AIOKafkaClient, topic: str) -> set[int]:
+    """The partition ids of `topic`, after fetching its metadata if needed."""
+    return await client._wait_on_metadata(topic)
+
+
+class Batch(MessageBatch):
+    """A partition batch whose message futures resolve to (partition, offset) and feed the counters."""
+
+    def __init__(
+        self, tp: TopicPartition, builder: BatchBuilder, ttl: float, counters: DeliveryCounters
+    ) -> None:
+        super().__init__(tp, builder, ttl, 0.0)
+        self.counters = counters
+        self.created = time.monotonic()
+        self.sent_at: list[float] = []
+        self.futures: list[asyncio.Future] = []
+        self.nbytes = 0
+        self.last_size = 0
+
+    def add(
+        self, key: bytes | None, value: bytes | None, now: float, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future | None:
+        """Append one record; None when the batch is full. Returns the record's future."""
+        # Straight to the C record builder: BatchBuilder.append's serializer hooks are unused here
+        # and its extra Python frame is a measurable share of the send path.
+        builder = self._builder
+        if builder._closed:
+            return None
+        metadata = builder._builder.append(builder._relative_offset, None, key, value, _NO_HEADERS)
+        if metadata is None:
+            builder.close()
+            return None
+        builder._relative_offset += 1
+        future: asyncio.Future = _Future(
+            loop=loop
+        )  # the C Future directly: loop.create_future adds a Python frame
+        self.futures.append(future)  # record i of the batch has relative offset i
+        self.sent_at.append(now)
+        self.last_size = size = metadata.size
+        self.nbytes += size
+        return future
+
+    def done(
+        self, base_offset: int, timestamp: int | None = None, log_start_offset: int | None = None, **_: object
+    ) -> None:
+        now = time.monotonic()
+        if not self.future.done():
+            self.future.set_result(base_offset)
+        partition = self.tp.partition
+        for relative, future in enumerate(self.futures):
+            if not future.done():
+                future.set_result((partition, base_offset + relative))
+        self._settle(now)
+
+    def done_noack(self) -> None:
+        now = time.monotonic()
+        if not self.future.done():
+            self.future.set_result(None)
+        partition = self.tp.partition
+        for future in self.futures:
+            if not future.done():
+                future.set_result((partition, -1))
+        self._settle(now)
+
+    def _settle(self, now: float) -> None:
+        if self.sent_at:
+            self.counters.settle(now, self.sent_at)
+            self.sent_at = []
+
+    def failure(self, exception: BaseException) -> None:
+        if self.sent_at:  # counted once: a batch failed twice (stop after a fatal error) counts once
+            self.counters.fail(len(self.sent_at), exception)
+            self.sent_at = []
+        if not self.future.done():
+            self.future.set_exception(exception)
+            self.future.exception()  # retrieved: the per-message futures carry it to the user
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(copy.copy(exception))
+        if not self._drain_waiter.done():
+            self._drain_waiter.set_exception(exception)
+            self._drain_waiter.exception()
+
+
+class Accumulator(MessageAccumulator):
+    """Per-partition queues of batches; readiness is the collector's decision, not a per-batch timer.
+
+    On a transactional producer a partition reaches the collector only once AddPartitionsToTxn has
+    added it to the current transaction; until then it waits in `awaiting_add`.
+    """
+
+    _waiter_future: asyncio.Future  # set by MessageAccumulator.__init__
+
+    def __init__(
+        self,
+        cluster: ClusterMetadata,
+        collector: BrokerBatchCollector,
+        counters: DeliveryCounters,
+        *,
+        batch_size: int,
+        compression: int,
+        ttl: float,
+        txn_manager: TransactionManager | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(
+            cluster, batch_size, compression, ttl, txn_manager=txn_manager, loop=loop, linger_ms=0
+        )
+        self.cluster = cluster
+        self.collector = collector
+        self.counters = counters
+        self.loop = loop
+        self.ttl = ttl
+        self.idempotent = txn_manager is not None
+        self.txn_gate = (
+            txn_manager if txn_manager is not None and txn_manager.transactional_id is not None else None
+        )
+        self.unrouted: dict[TopicPartition, None] = {}
+        self.awaiting_add: dict[TopicPartition, None] = {}
+        self.wakeup_at: float | None = None
+        self.wakeup_timer: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.fatal: BaseException | None = None
+
+    def wake(self) -> None:
+        if not self._waiter_future.done():
+            self._waiter_future.set_result(None)
+
+    def append(
+        self, tp: TopicPartition, key: bytes | None, value: bytes | None, leader: int | None
+    ) -> asyncio.Future:
+        """Queue one message; never blocks (a full batch starts the next one)."""
+        if self.fatal is not None:  # the more telling error first: a fenced producer says so
+            raise copy.copy(self.fatal)
+        if self.closed:
+            raise ProducerStoppedError("the producer is stopped")
+        now = time.monotonic()
+        queue = self._batches.get(tp)
+        future = None
+        if queue:
+            batch = queue[-1]
+            future = batch.add(key, value, now, self.loop)
+        if future is None:
+            batch = Batch(tp, self.create_builder(), self.ttl, self.counters)
+            if queue is None:
+                queue = self._batches[tp] = deque()
+            queue.append(batch)
+            future = batch.add(key, value, now, self.loop)
+            assert future is not None  # an empty builder always takes one record
+        gate = self.txn_gate
+        if gate is not None and tp not in gate.txn_partitions:
+            if tp not in self.awaiting_add:
+                self.awaiting_add[tp] = None
+                gate.maybe_add_partition_to_txn(tp)  # wakes the sender's transactional branch
+            return future
+        if leader is not None and leader >= 0:
+            if self.collector.add(leader, tp, batch.last_size):
+                self.wake()
+        else:
+            self._route(tp, batch.last_size, leader, None)
+        return future
+
+    def _route(self, tp: TopicPartition, nbytes: int, leader: int | None, oldest: float | None) -> None:
+        if leader is None or leader < 0:
+            self.unrouted[tp] = None
+            self.wake()
+            return
+        if self.collector.add(leader, tp, nbytes, oldest=oldest):
+            self.wake()
+
+    def _route_queue(self, tp: TopicPartition) -> None:
+        queue = self._batches.get(tp)
+        if queue:
+            self._route(
+                tp, sum(b.nbytes for b in queue), self.cluster.leader_for_partition(tp), queue[0].created
+            )
+
+    def admit_added(self) -> None:
+        """Partitions that AddPartitionsToTxn has added go to the collector now."""
+        if not self.awaiting_add or self.txn_gate is None:
+            return
+        added = self.txn_gate.txn_partitions
+        for tp in [tp for tp in self.awaiting_add if tp in added]:
+            del self.awaiting_add[tp]
+            self._route_queue(tp)
+
+    def reenqueue(self, batch: MessageBatch) -> None:
+        """A retriable failure: the batch goes back to the front and its partition back to the collector."""
+        super().reenqueue(batch)
+        self.counters.retries += 1
+        tp = batch.tp
+        self._route(tp, batch.nbytes, self.cluster.leader_for_partition(tp), batch.created)
+
+    def route_unrouted(self) -> bool:
+        """Give partitions that had no leader to their leader now; fail expired ones. True if some remain."""
+        if not self.unrouted:
+            return False
+        pending = list(self.unrouted)
+        self.unrouted.clear()
+        for tp in pending:
+            queue = self._batches.get(tp)
+            if not queue:
+                continue
+            leader = self.cluster.leader_for_partition(tp)
+            if leader is not None and leader >= 0:
+                self._route(tp, sum(b.nbytes for b in queue), leader, queue[0].created)
+            elif not self.idempotent and queue[0].expired():
+                while queue and queue[0].expired():
+                    batch = self._pop_batch(tp)
+                    batch.failure(LeaderNotAvailableError())
+                    queue = self._batches.get(tp)
+                if queue:
+                    self.unrouted[tp] = None
+            else:
+                self.unrouted[tp] = None
+        return bool(self.unrouted)
+
+    def drain_due(self) -> tuple[list[tuple[Send, dict[TopicPartition, MessageBatch]]], bool]:
+        """The collector's due sends, each with one batch per partition; and whether leaders are unknown."""
+        unknown = self.route_unrouted()
+        plans: list[tuple[Send, dict[TopicPartition, MessageBatch]]] = []
+        moved: list[TopicPartition] = []
+        for send in self.collector.poll():
+            batches: dict[TopicPartition, MessageBatch] = {}
+            for tp in send.partitions:
+                queue = self._batches.get(tp)
+                if not queue:
+                    continue
+                leader = self.cluster.leader_for_partition(tp)
+                if leader != send.broker:
+                    moved.append(tp)
+                    continue
+                batch = self._pop_batch(tp)  # sets the idempotent sequence, moves it to the pending set
+                if batch.is_empty():
+                    batch.done_noack()
+                    continue
+                batches[tp] = batch
+                rest = self._batches.get(tp)
+                if rest:  # more than one batch queued: the rest waits for the next send
+                    self.collector.add(send.broker, tp, sum(b.nbytes for b in rest), oldest=rest[0].created)
+            if batches:
+                plans.append((send, batches))
+            else:
+                self.collector.complete(send)
+        for tp in moved:
+            self._route_queue(tp)
+        self._schedule_wakeup()
+        return plans, unknown or bool(self.unrouted)
+
+    def _schedule_wakeup(self) -> None:
+        if self._waiter_future.done():
+            self._waiter_future = self.loop.create_future()
+        deadline = self.collector.next_deadline()
+        if self.wakeup_timer is not None and deadline == self.wakeup_at:
+            return
+        if self.wakeup_timer is not None:
+            self.wakeup_timer.cancel()
+            self.wakeup_timer = None
+        self.wakeup_at = deadline
+        if deadline is not None:
+            self.wakeup_timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.wakeup_timer = None
+        self.wakeup_at = None
+        self.wake()
+
+    # -- whole-producer operations ----------------------------------------------------------------
+    def unresolved(self) -> list[asyncio.Future]:
+        """Futures of every batch not yet acked or failed: queued, in flight or awaiting a retry."""
+        waiters = [b.future for q in self._batches.values() for b in q if not b.future.done()]
+        waiters += [b.future for b in self._pending_batches if not b.future.done()]
+        return waiters
+
+    def queued_messages(self) -> int:
+        return sum(b.record_count for q in self._batches.values() for b in q if not b.future.done())
+
+    def fail_all(self, exception: BaseException) -> None:
+        """A fatal error: every unresolved message fails with it and later appends raise it."""
+        self.fatal = exception
+        super().fail_all(exception)
+
+    def fail_unresolved(self, exception: BaseException) -> None:
+        """Every unresolved message fails with `exception`, exactly once (stop() gave up, or the sender died)."""
+        for batch in [b for q in self._batches.values() for b in q] + list(self._pending_batches):
+            batch.failure(exception)
+
+    def drop_unsent(self, exception: BaseException) -> int:
+        """An abort: batches never sent fail with `exception` and leave the collector; returns messages dropped.
+
+        Batches already sent once and awaiting a retry stay: their records may be on the broker,
+        and the retry keeps the idempotent sequence intact; EndTxn(abort) hides them either way.
+        """
+        dropped = 0
+        for tp in list(self._batches):
+            queue = self._batches[tp]
+            kept = deque(b for b in queue if b.retry_count > 0)
+            for batch in queue:
+                if batch.retry_count == 0:
+                    dropped += batch.record_count
+                    batch.failure(exception)
+            self.collector.discard_partition(tp)
+            if kept:
+                self._batches[tp] = kept
+                self._route_queue(tp)
+            else:
+                del self._batches[tp]
+        self.awaiting_add.clear()
+        self.unrouted = {tp: None for tp in self.unrouted if self._batches.get(tp)}
+        self.wake()
+        return dropped
+
+
+class BatchingSender(Sender):
+    """aiokafka's Sender with our loop: the collector plans, up to N requests per broker in flight."""
+
+    def __init__(
+        self,
+        client: AIOKafkaClient,
+        *,
+        acks: int,
+        txn_manager: TransactionManager | None,
+        accumulator: Accumulator,
+        retry_backoff_ms: int,
+        request_timeout_ms: int,
+        counters: DeliveryCounters,
+    ) -> None:
+        super().__init__(
+            client,
+            acks=acks,
+            txn_manager=txn_manager,
+            message_accumulator=accumulator,
+            retry_backoff_ms=retry_backoff_ms,
+            request_timeout_ms=request_timeout_ms,
+        )
+        self.accumulator = accumulator
+        self.txn = txn_manager
+        self.counters = counters
+        self.backoff_s = retry_backoff_ms / 1000.0
+        self.transactional = txn_manager is not None and txn_manager.transactional_id is not None
+
+    async def _sender_routine(self) -> None:
+        accumulator = self.accumulator
+        txn = self.txn
+        tasks: set[asyncio.Future] = set()
+        txn_task: asyncio.Future | None = None
+        try:
+            while True:
+                await self._maybe_wait_for_pid()
+                waiters: set[asyncio.Future] = set()
+                if self.transactional:
+                    assert txn is not None
+                    # One transactional request at a time (AddPartitionsToTxn first, then offsets, then
+                    # EndTxn), on the coordinator's connection, as aiokafka does it.
+                    if txn_task is None or txn_task.done():
+                        txn_task = self._maybe_do_transactional_request()
+                        if txn_task is not None:
+                            tasks.add(txn_task)
+                        else:
+                            waiters.add(txn.make_task_waiter())
+                    accumulator.admit_added()
+                plans, unknown_leaders = accumulator.drain_due()
+                for send, batches in plans:
+                    tasks.add(create_task(self.send_planned(send, batches)))
+                waiters |= tasks
+                if unknown_leaders:
+                    waiters.add(self.client.force_metadata_update())
+                    waiters.add(create_task(asyncio.sleep(self.backoff_s)))
+                waiters.add(accumulator.waiter())
+                done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task in tasks:
+                        task.result()  # a fatal error (fenced, sequence gap) ends the sender here
+                tasks -= done
+        except asyncio.CancelledError:
+            # Stopping: whatever is still in flight is abandoned; stop() fails its futures.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        except FATAL_ERRORS:
+            for task in tasks:
+                task.cancel()
+            raise
+        except Exception as exc:
+            log.exception("Unexpected error in the batching sender")
+            raise KafkaError("Unexpected error during batch delivery") from exc
+
+    def _fail_all(self, task: asyncio.Task) -> None:
+        """The sender died: fail every pending message and the transaction with its error."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        self.accumulator.fail_all(exc)
+        txn = self.txn
+        if txn is not None and txn.transactional_id is not None:
+            if txn.wait_for_transaction_end() is None:  # no transaction begun yet: nothing to fail
+                txn.state = TransactionState.FATAL_ERROR
+            else:
+                txn.fatal_error(exc)
+
+    async def send_planned(self, send: Send, batches: dict[TopicPartition, MessageBatch]) -> None:
+        counters = self.counters
+        counters.requests += 1
+        counters.request_msgs += sum(b.record_count for b in batches.values())
+        handler = SendProduceReqHandler(self, batches)
+        started = time.monotonic()
+        try:
+            await handler.do(send.broker)
+        finally:
+            rtt_ms = (time.monotonic() - started) * 1000.0
+            ok = all(_succeeded(b.future) for b in batches.values())
+            self.accumulator.collector.complete(send, rtt_ms=rtt_ms, ok=ok)
+        fatal = _first_fatal(b.future for b in batches.values())
+        if fatal is not None:
+            raise copy.copy(fatal)
+
+
+def _succeeded(future: asyncio.Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+def _first_fatal(futures: Iterable[asyncio.Future]) -> BaseException | None:
+    for future in futures:
+        if future.done() and not future.cancelled():
+            exc = future.exception()
+            if isinstance(exc, FATAL_ERRORS):
+                return exc
+    return None
