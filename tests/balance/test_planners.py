@@ -216,7 +216,7 @@ def test_empty_input(planner):
         (([1, 2], [0, 2], 2), {}, "current_owner[1] must be in [-1, 2), got 2"),
         (([1, 2], [-2, 0], 2), {}, "current_owner[0] must be in [-1, 2), got -2"),
         (([1, 2], [0.5, 0], 2), {}, "current_owner must hold ints, got dtype float64"),
-        ((["a"], [0], 2), {}, "throughput must hold numbers, got dtype <U1"),
+        ((["a"], [0], 2), {}, "throughput must hold real numbers, got dtype <U1"),
         (([[1]], [0], 2), {}, "throughput must be one-dimensional, got shape (1, 1)"),
         (([1, 2], [0, 0], 2), {"skip_ratio": 0.9}, "skip_ratio must be >= 1, got 0.9"),
         (([1, 2], [0, 0], 2), {"skip_ratio": float("nan")}, "skip_ratio must be >= 1, got nan"),

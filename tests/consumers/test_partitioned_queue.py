@@ -96,16 +96,28 @@ def test_a_flow_that_disconnects_and_returns_within_the_delay_gets_its_partition
     assert PartitionsAssigned("c2", tuple(before["c2"]), 12.0) in events
 
 
-def test_every_change_restarts_the_holddown_timer():
+def test_the_holddown_ends_at_the_first_change_plus_the_delay():
     pq = balanced_three()
+    pq.bind("c4", now=10.0)
+    pq.bind("c5", now=13.0)
+    assert pq.holddown_until == 15.0
+    pq.poll(now=14.9)
+    assert pq.status == "holddown" and pq.handoff_count == 0
+    events = pq.poll(now=15.0)
+    assert of(events, StatusChanged)[0] == StatusChanged("holddown", "rebalancing", 15.0)
+    assert sorted(counts(pq).values(), reverse=True) == [2, 2, 1, 1, 1]
+    # Lower bound: c1 3->2... targets go ceil to the holders of 3 and 2: exactly 2 handoffs.
+    assert pq.handoff_count == 2
+
+
+def test_sliding_holddown_is_an_option_that_restarts_on_every_change():
+    pq = balanced_three(sliding_holddown=True)
     pq.bind("c4", now=10.0)
     pq.bind("c5", now=13.0)
     pq.poll(now=17.9)
     assert pq.status == "holddown" and pq.handoff_count == 0
     events = pq.poll(now=18.0)
     assert of(events, StatusChanged)[0] == StatusChanged("holddown", "rebalancing", 18.0)
-    assert sorted(counts(pq).values(), reverse=True) == [2, 2, 1, 1, 1]
-    # Lower bound: c1 3->2... targets go ceil to the holders of 3 and 2: exactly 2 handoffs.
     assert pq.handoff_count == 2
 
 

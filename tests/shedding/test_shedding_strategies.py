@@ -326,15 +326,48 @@ def test_transfer_shedder_without_transfer_mode_does_not_swap():
     assert TransferShedder().find_bundles_for_unloading(view, conf) == {"hot": ["h0", "h1"]}
 
 
+def _transfer_view(recent: dict[str, float] | None = None, hot_bundles: dict | None = None) -> ClusterLoad:
+    hot = hot_bundles or {f"h{i}": bundle(1000, 10 * MB) for i in range(6)}
+    return cluster(
+        {
+            "hot": broker(90, 6000, 60 * MB, list(hot)),
+            "mid": broker(50, 3000, 30 * MB, ["m0"]),
+            "cold": broker(10, 600, 6 * MB, ["c0"]),
+        },
+        {**hot, "m0": bundle(3000, 30 * MB), "c0": bundle(600, 6 * MB)},
+        recently_unloaded=recent,
+    )
+
+
+def test_transfer_shedder_never_swaps_in_a_recently_unloaded_bundle():
+    conf = ShedderConfig(shedding_condition_hit_count_threshold=0)
+    # Without c0 to swap back, the third 10 MB/s bundle overshoots the 24 MB/s target: upstream stops.
+    assert TransferShedder().find_bundles_for_unloading(_transfer_view({"c0": 0.0}), conf) == {
+        "hot": ["h0", "h1"]
+    }
+    assert TransferShedder().find_bundles_for_unloading(_transfer_view(), conf) == {
+        "hot": ["h0", "h1", "h2"],
+        "cold": ["c0"],
+    }
+
+
+def test_transfer_shedder_skips_bundles_without_throughput():
+    conf = ShedderConfig(transfer_enabled=False, shedding_condition_hit_count_threshold=0)
+    hot = {"h0": bundle(1000, 10 * MB), "z0": bundle(0, 0), "z1": bundle(0, 0), "z2": bundle(0, 0)}
+    assert TransferShedder().find_bundles_for_unloading(_transfer_view(hot_bundles=hot), conf) == {
+        "hot": ["h0"]
+    }
+
+
 # --- validation ---------------------------------------------------------------------------------
 
 
 def test_bad_load_data_raises_naming_the_item():
     with pytest.raises(ValueError, match=r"broker 'b1': cpu must be within 0..100 percent, got 120"):
         cluster({"b1": broker(120)})
-    with pytest.raises(ValueError, match=r"bundle.msg_rate_in must be a rate >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"bundle.msg_rate_in must be a finite rate >= 0, got -1"):
         BundleLoad(-1, 0, 0, 0)
-    with pytest.raises(ValueError, match=r"broker 'b1': msg_rate_out must be >= 0"):
+    with pytest.raises(ValueError, match=r"broker 'b1': msg_rate_out must be a finite rate >= 0"):
         cluster({"b1": BrokerLoad(10, 0, 0, 0, 0, 1, -5, 0, 0)})
     with pytest.raises(ValueError, match=r"bundle 'x' is owned by both 'a' and 'b'"):
         cluster({"a": broker(1, bundles=["x"]), "b": broker(1, bundles=["x"])})
@@ -416,9 +449,12 @@ def test_balanced_shedder_ignores_a_short_spike_and_never_moves_a_bundle_back():
     assert result and list(result) == ["a"]
     moved = result["a"][0]
     assert shedder.departures[moved] == {"a": shedder.cycle}
+    # Back on a hot "b" with "a" the coolest, the bundle still may not return to "a"; another one may.
+    per_rate, predicted = {"a": 0.02, "b": 0.02}, {"a": 10.0, "b": 60.0}
     assert (
-        shedder._pick(
-            "b", ["a"], [(moved, 2500.0)], {"a": 0.02, "b": 0.02}, {"a": 10.0, "b": 60.0}, 35.0, 85.0
-        )
-        is None
+        shedder._plan_pair("b", "a", {"b": [(moved, 500.0)], "a": []}, per_rate, predicted, 35.0, None) == []
     )
+    other = [("other", 500.0)]
+    assert shedder._plan_pair("b", "a", {"b": other, "a": []}, per_rate, predicted, 35.0, None) == [
+        ("other", 500.0, "b", "a")
+    ]

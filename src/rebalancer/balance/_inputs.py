@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from rebalancer.balance._checks import EXACT_IN_FLOAT, ArrayLike, _is_int, check_values, check_workers
 from rebalancer.balance.plan import Plan
-
-ArrayLike = Sequence[float] | Sequence[int] | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -23,29 +21,10 @@ class Inputs:
     workers: int
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 def check_inputs(throughput: ArrayLike, current_owner: ArrayLike, workers: int) -> Inputs:
     """Reject bad input with a ValueError naming the field and the value, before any work is done."""
-    if not _is_int(workers):
-        raise ValueError(f"workers must be an int, got {workers!r}")
-    workers = int(workers)
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    t = np.asarray(throughput)
-    if t.ndim != 1:
-        raise ValueError(f"throughput must be one-dimensional, got shape {t.shape}")
-    if t.dtype.kind in "biu":
-        t = t.astype(np.int64, copy=False)
-    elif t.dtype.kind == "f" or t.size == 0:
-        t = t.astype(np.float64, copy=False)
-        if t.size and not np.isfinite(t).all():
-            bad = int(np.flatnonzero(~np.isfinite(t))[0])
-            raise ValueError(f"throughput[{bad}] must be finite, got {t[bad]}")
-    else:
-        raise ValueError(f"throughput must hold numbers, got dtype {t.dtype}")
+    workers = check_workers(workers)
+    t = check_values("throughput", throughput)
     owner = np.asarray(current_owner)
     if owner.ndim != 1:
         raise ValueError(f"current_owner must be one-dimensional, got shape {owner.shape}")
@@ -58,21 +37,20 @@ def check_inputs(throughput: ArrayLike, current_owner: ArrayLike, workers: int) 
         raise ValueError(
             f"throughput and current_owner must have the same length, got {t.shape[0]} and {owner.shape[0]}"
         )
-    if t.size:
-        if t.min() < 0:
-            bad = int(np.flatnonzero(t < 0)[0])
-            raise ValueError(f"throughput[{bad}] must be >= 0, got {t[bad]}")
-        if owner.min() < -1 or owner.max() >= workers:
-            bad = int(np.flatnonzero((owner < -1) | (owner >= workers))[0])
-            raise ValueError(f"current_owner[{bad}] must be in [-1, {workers}), got {owner[bad]}")
+    if t.size and (owner.min() < -1 or owner.max() >= workers):
+        bad = int(np.flatnonzero((owner < -1) | (owner >= workers))[0])
+        raise ValueError(f"current_owner[{bad}] must be in [-1, {workers}), got {owner[bad]}")
     return Inputs(t, owner, workers)
 
 
 def check_skip_ratio(skip_ratio: float) -> float:
-    if not isinstance(skip_ratio, int | float | np.number) or isinstance(skip_ratio, bool):
-        raise ValueError(f"skip_ratio must be a number, got {skip_ratio!r}")
+    real = isinstance(skip_ratio, int | float | np.integer | np.floating)
+    if not real or isinstance(skip_ratio, bool | np.bool_):
+        raise ValueError(f"skip_ratio must be a real number, got {skip_ratio!r}")
     if math.isnan(skip_ratio) or skip_ratio < 1:
         raise ValueError(f"skip_ratio must be >= 1, got {skip_ratio}")
+    if math.isinf(skip_ratio):
+        raise ValueError(f"skip_ratio must be finite, got {skip_ratio}")
     return float(skip_ratio)
 
 
@@ -87,20 +65,30 @@ def check_max_moves(max_moves: int | None) -> int | None:
 
 
 def worker_loads(t: np.ndarray, owner: np.ndarray, workers: int) -> np.ndarray:
-    """Throughput summed per worker; unowned partitions (-1) count for nobody."""
+    """Throughput summed per worker; unowned partitions (-1) count for nobody. Integer sums stay exact."""
     owned = owner >= 0
+    if t.dtype.kind == "i" and t.size and int(t.max()) * t.size >= EXACT_IN_FLOAT:
+        loads = np.zeros(workers, dtype=np.int64)
+        np.add.at(loads, owner[owned], t[owned])
+        return loads
     loads = np.bincount(owner[owned], weights=t[owned], minlength=workers)
     return loads.astype(t.dtype) if t.dtype.kind == "i" else loads
 
 
-def skip_reason(inputs: Inputs, load_before: np.ndarray, skip_ratio: float) -> str | None:
-    """The seed's gate: leave a roughly even assignment alone. An idle worker means never skip."""
+def skip_reason(
+    inputs: Inputs, load_before: np.ndarray, skip_ratio: float, finish: np.ndarray | None = None
+) -> str | None:
+    """The seed's gate: leave a roughly even assignment alone. An idle worker means never skip.
+
+    `finish` (load over capacity, fixed load included) replaces the loads for workers of unequal speed.
+    """
     if not inputs.throughput.any():
         return "no throughput in the interval"
-    low = load_before.min()
+    values = load_before if finish is None else finish
+    low = values.min()
     if low <= 0:
         return None
-    ratio = float(load_before.max()) / float(low)
+    ratio = float(values.max()) / float(low)
     if ratio < skip_ratio:
         return f"load ratio max/min {ratio:.3f} < skip_ratio {skip_ratio:g}"
     return None
@@ -124,7 +112,7 @@ def least_loaded(values: np.ndarray, loads: list) -> np.ndarray:
     if values.dtype.kind == "i" and (sum(loads) + int(values.sum()) + 1) * workers < 2**62:
         heap = [load * workers + w for w, load in enumerate(loads)]
         heapq.heapify(heap)
-        keys = []
+        keys: list[int] = []
         keep = keys.append
         for step in (values * workers).tolist():
             key = heap[0]
@@ -135,7 +123,7 @@ def least_loaded(values: np.ndarray, loads: list) -> np.ndarray:
         return np.array(keys, dtype=np.int64) % workers
     pairs = [(load, w) for w, load in enumerate(loads)]
     heapq.heapify(pairs)
-    chosen = []
+    chosen: list[int] = []
     keep = chosen.append
     for value in values.tolist():
         load, w = pairs[0]

@@ -104,17 +104,18 @@ def plan_count_balance(
     for i, f in enumerate(flow_list):
         if f is None:
             raise ValueError("flows must not contain None (None means ownerless), got None")
+        _check_hashable(f"flows[{i}]", f)
         if f in index:
             raise ValueError(f"flows must be unique, got {f!r} twice")
         index[f] = i
     owned: list[list[int]] = [[] for _ in flow_list]
     orphans: list[int] = []
     for p, o in owners:
-        i = index.get(o) if o is not None else None
-        if i is None:
+        slot = index.get(o) if o is not None else None
+        if slot is None:
             orphans.append(p)
         else:
-            owned[i].append(p)
+            owned[slot].append(p)
     counts = [len(ps) for ps in owned]
     targets = count_targets(counts, len(owners))
     lower = sum(max(0, c - t) for c, t in zip(counts, targets))
@@ -137,10 +138,20 @@ def _owner_items(
     if isinstance(owner_by_partition, Mapping):
         items = sorted(owner_by_partition.items(), key=lambda kv: kv[0])
         for p, _ in items:
-            if not isinstance(p, int) or p < 0:
+            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
                 raise ValueError(f"owner_by_partition keys must be partitions (ints >= 0), got {p!r}")
-        return items
-    return list(enumerate(owner_by_partition))
+    else:
+        items = list(enumerate(owner_by_partition))
+    for p, o in items:
+        _check_hashable(f"owner_by_partition[{p}]", o)
+    return items
+
+
+def _check_hashable(name: str, value: object) -> None:
+    try:
+        hash(value)
+    except TypeError:
+        raise ValueError(f"{name} must be hashable, got {value!r}") from None
 
 
 def _weights(weights: Mapping[int, float] | Sequence[float], partitions: list[int]) -> dict[int, float]:

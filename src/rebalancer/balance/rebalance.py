@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rebalancer.balance._checks import check_capacity, check_fixed_load
 from rebalancer.balance._inputs import (
     ArrayLike,
     Inputs,
@@ -19,7 +20,8 @@ from rebalancer.balance._inputs import (
 )
 from rebalancer.balance.lpt import lpt_owner
 from rebalancer.balance.plan import Plan
-from rebalancer.balance.refine import Assignment, best_target, match_labels, multifit
+from rebalancer.balance.refine import Assignment, best_target, match_labels, multifit, send_home
+from rebalancer.balance.uniform import place_unowned_by_finish, uniform_bound, uniform_candidates
 
 # Local-search steps allowed per worker. Enough to fix a skewed assignment of any size (each
 # step moves about half the gap between the heaviest and lightest worker), small enough that
@@ -102,31 +104,8 @@ def _refined(
     overlap = np.bincount(owner[owned] * m + current[owned], minlength=m * m).reshape(m, m)
     sigma = match_labels(overlap)
     owner[busy] = sigma[owner[busy]]
-    _send_home(inputs, owner, top)
+    send_home(inputs, owner, [top] * m)
     return owner, top
-
-
-def _send_home(inputs: Inputs, owner: np.ndarray, top: int | float) -> None:
-    """Undo moves, lightest first, wherever the old owner can take the partition back under `top`."""
-    t, current, m = inputs.throughput, inputs.current_owner, inputs.workers
-    loads = worker_loads(t, owner, m).tolist()
-    for _ in range(2):
-        away = np.flatnonzero((current >= 0) & (owner != current) & (t > 0))
-        away = away[t[away] <= top - min(loads)]
-        if away.size == 0:
-            return
-        away = away[np.argsort(t[away], kind="stable")]
-        undone = 0
-        for p, value, home, there in zip(
-            away.tolist(), t[away].tolist(), current[away].tolist(), owner[away].tolist(), strict=True
-        ):
-            if loads[home] + value <= top:
-                loads[home] += value
-                loads[there] -= value
-                owner[p] = home
-                undone += 1
-        if undone == 0:
-            return
 
 
 def plan_rebalance(
@@ -136,6 +115,8 @@ def plan_rebalance(
     *,
     skip_ratio: float = 1.15,
     max_moves: int | None = None,
+    capacity: ArrayLike | None = None,
+    fixed_load: ArrayLike | None = None,
 ) -> Plan:
     """The lowest max worker load we can find, then the fewest moves that reach it.
 
@@ -146,11 +127,26 @@ def plan_rebalance(
     now and only replaces it for a real gain. `max_moves` bounds partitions taken from a live
     owner; placing an unowned partition is free. Skips like `plan_lpt` (max/min below
     `skip_ratio`), and when nothing helps.
+
+    `capacity` gives each worker a relative speed; the objective is then the max finish time
+    `load_w / capacity_w` (uniform machines), bounded below by `max(total / Σcapacity, largest /
+    max capacity)`. `fixed_load` is load on each worker that no plan can move (another process,
+    partitions pinned there); it counts in every finish time. Every guarantee above holds for both.
     """
     inputs = check_inputs(throughput, current_owner, workers)
     skip_ratio = check_skip_ratio(skip_ratio)
     max_moves = check_max_moves(max_moves)
     t, m = inputs.throughput, inputs.workers
+    speed = check_capacity(capacity, m) if capacity is not None else None
+    fixed = check_fixed_load(fixed_load, m) if fixed_load is not None else None
+    if (speed is not None and (speed != speed[0]).any()) or (fixed is not None and fixed.any()):
+        return _plan_uniform(
+            inputs,
+            np.ones(m) if speed is None else speed,
+            np.zeros(m) if fixed is None else fixed,
+            skip_ratio,
+            max_moves,
+        )
     load_before = worker_loads(t, inputs.current_owner, m)
     keep = keep_current(inputs)
     reason = skip_reason(inputs, load_before, skip_ratio)
@@ -189,16 +185,55 @@ def plan_rebalance(
             if max_moves is None or moved <= max_moves:
                 candidates.append((top, moved, owner))
 
-    # Equal quality: within `slack` of the bound once the bound is reached, else of the best found.
+    return _best_of(inputs, candidates, keep, keep_top, target, slack, load_before, max_moves)
+
+
+def _best_of(
+    inputs: Inputs,
+    candidates: list,
+    keep: np.ndarray,
+    keep_top: int | float,
+    target: int | float,
+    slack: float,
+    load_before: np.ndarray,
+    max_moves: int | None,
+) -> Plan:
+    """Equal quality: within `slack` of the bound once the bound is reached, else of the best found;
+    among those, the fewest moves."""
     best_top = min(top for top, _, _ in candidates)
     good_enough = target if best_top <= target else best_top + slack
-    top, _, owner = min((c for c in candidates if c[0] <= good_enough), key=lambda c: (c[1], c[0]))
+    _, _, owner = min((c for c in candidates if c[0] <= good_enough), key=lambda c: (c[1], c[0]))
     if owner is keep:
         limit = "" if max_moves is None else f" within max_moves={max_moves}"
         return make_plan(
             inputs, keep, load_before, f"no plan{limit} lowers the max load {keep_top} by over 0.1%"
         )
     return make_plan(inputs, owner, load_before, None)
+
+
+def _plan_uniform(
+    inputs: Inputs, speed: np.ndarray, fixed: np.ndarray, skip_ratio: float, max_moves: int | None
+) -> Plan:
+    """`plan_rebalance` for workers of unequal speed or with fixed load (see `balance.uniform`)."""
+    t, m = inputs.throughput, inputs.workers
+    load_before = worker_loads(t, inputs.current_owner, m)
+    speeds, fixed_loads = speed.tolist(), fixed.tolist()
+    keep = inputs.current_owner.copy()
+    loads = [f + x for f, x in zip(fixed_loads, load_before.tolist(), strict=True)]
+    place_unowned_by_finish(t, keep, loads, speeds)
+    reason = skip_reason(inputs, load_before, skip_ratio, (load_before + fixed) / speed)
+    if reason is not None:
+        return make_plan(inputs, keep, load_before, reason)
+    keep_top = max(load / s for load, s in zip(loads, speeds, strict=True))
+    bound = uniform_bound(t, speed, fixed)
+    slack = QUALITY_TOLERANCE * bound
+    target = bound + slack
+    if keep_top <= target:
+        return make_plan(
+            inputs, keep, load_before, "current assignment is already within 0.1% of the lower bound"
+        )
+    candidates = uniform_candidates(inputs, keep, speeds, fixed_loads, target, max_moves)
+    return _best_of(inputs, candidates, keep, keep_top, target, slack, load_before, max_moves)
 
 
 def _moved(inputs: Inputs, owner: np.ndarray) -> int:

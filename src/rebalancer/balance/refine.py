@@ -6,6 +6,8 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from rebalancer.balance._inputs import Inputs, worker_loads
+
 # Below this many partitions on the two workers a swap search is cheaper in plain Python.
 _NUMPY_SWAP_MIN = 160
 # The subset-sum split of two workers runs on at most this many partitions and value units.
@@ -43,8 +45,7 @@ class Assignment:
         ids = busy.tolist()
         self.keys = [keys[bounds[w] : bounds[w + 1]] for w in range(workers)]
         self.ids = [ids[bounds[w] : bounds[w + 1]] for w in range(workers)]
-        loads = np.bincount(owner, weights=t, minlength=workers)
-        self.loads: list = (loads.astype(np.int64) if t.dtype.kind == "i" else loads).tolist()
+        self.loads: list = worker_loads(t, owner, workers).tolist()
         origin_busy = origin[busy]
         self.moved = int(np.count_nonzero((origin_busy >= 0) & (origin_busy != owner[busy])))
 
@@ -305,7 +306,7 @@ class Assignment:
 def first_fit_decreasing(values: list, workers: int, capacity: float) -> list[int] | None:
     """Worker per value (values heaviest first), each in the first worker it fits, or None."""
     loads = [0] * workers
-    chosen = []
+    chosen: list[int] = []
     keep = chosen.append
     first_open = 0
     for value in values:
@@ -387,3 +388,27 @@ def match_labels(overlap: np.ndarray) -> np.ndarray:
     sigma = np.empty(m, dtype=np.int64)
     sigma[row_of[1:] - 1] = np.arange(m)
     return sigma
+
+
+def send_home(inputs: Inputs, owner: np.ndarray, limit: list) -> None:
+    """Undo moves, lightest first, wherever the old owner can take the partition back within its
+    `limit` (the most throughput it may hold without raising the plan's max load), in place."""
+    t, current, m = inputs.throughput, inputs.current_owner, inputs.workers
+    loads = worker_loads(t, owner, m).tolist()
+    for _ in range(2):
+        away = np.flatnonzero((current >= 0) & (owner != current) & (t > 0))
+        away = away[t[away] <= max(cap - load for cap, load in zip(limit, loads, strict=True))]
+        if away.size == 0:
+            return
+        away = away[np.argsort(t[away], kind="stable")]
+        undone = 0
+        for p, value, home, there in zip(
+            away.tolist(), t[away].tolist(), current[away].tolist(), owner[away].tolist(), strict=True
+        ):
+            if loads[home] + value <= limit[home]:
+                loads[home] += value
+                loads[there] -= value
+                owner[p] = home
+                undone += 1
+        if undone == 0:
+            return

@@ -1,6 +1,7 @@
 """Partitioned-queue consumer flows: holddown, graceful one-at-a-time handoff, and statuses."""
 
 from rebalancer.consumers.events import (
+    AccessTypeChanged,
     Event,
     FlowChangeUpdate,
     FlowStandby,
@@ -17,6 +18,7 @@ from rebalancer.consumers.events import (
 from rebalancer.consumers.partitioned import Handoff, PartitionedQueue
 
 __all__ = [
+    "AccessTypeChanged",
     "Event",
     "FlowChangeUpdate",
     "FlowStandby",

@@ -64,6 +64,15 @@ class StatusChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessTypeChanged:
+    """The queue's access type changed ("exclusive" <-> "non-exclusive"): a rebalance follows at once."""
+
+    old: str
+    new: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ScaleStatusChanged:
     """Scaling status: "ready" | "scaling-up" | "scaling-down"."""
 
@@ -121,7 +130,8 @@ class RebalancePlanned:
 
 
 Event = (
-    HandoffStarted
+    AccessTypeChanged
+    | HandoffStarted
     | HandoffCompleted
     | HandoffAborted
     | FlowChangeUpdate

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rebalancer.balance.count import Move, plan_count_balance
 from rebalancer.consumers.events import (
+    AccessTypeChanged,
     Event,
     FlowChangeUpdate,
     FlowStandby,
@@ -40,6 +41,7 @@ HOLDDOWN = "holddown"
 REBALANCING = "rebalancing"
 SCALING_UP = "scaling-up"
 SCALING_DOWN = "scaling-down"
+ACCESS_TYPES = ("exclusive", "non-exclusive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +65,23 @@ class PartitionedQueue:
         max_handoff_time_s: float = 3.0,
         exclusive: bool = False,
         weights: Mapping[int, float] | Sequence[float] | None = None,
+        *,
+        sliding_holddown: bool = False,
     ) -> None:
         _check_count("partition_count", partition_count)
+        if not isinstance(exclusive, bool):
+            raise ValueError(f"exclusive must be a bool, got {exclusive!r}")
+        if not isinstance(sliding_holddown, bool):
+            raise ValueError(f"sliding_holddown must be a bool, got {sliding_holddown!r}")
         _check_duration("rebalance_delay_s", rebalance_delay_s)
         # math.inf is allowed: a handoff then never completes by force (no two flows ever overlap).
         _check_duration("max_handoff_time_s", max_handoff_time_s, allow_inf=True)
         self.rebalance_delay_s = float(rebalance_delay_s)
         self.max_handoff_time_s = float(max_handoff_time_s)
-        self.exclusive = bool(exclusive)
+        self.exclusive = exclusive
+        # Solace: the delay is the longest time from the first to the last change. Sliding restarts it
+        # on every change instead, which steady churn can postpone forever; kept as an option only.
+        self.sliding_holddown = sliding_holddown
         self._count = partition_count
         self._target_count = partition_count
         self._owner: list[FlowId | None] = [None] * partition_count
@@ -100,8 +111,7 @@ class PartitionedQueue:
     def bind(self, flow: FlowId, now: float) -> None:
         """A consumer flow binds: a member while there are fewer flows than partitions, else standby."""
         self._advance(now)
-        if flow is None:
-            raise ValueError("flow must not be None")
+        _check_flow(flow)
         if flow in self._seq:
             raise ValueError(f"flow {flow!r} is already bound")
         self._seq[flow] = self._next_seq
@@ -121,6 +131,7 @@ class PartitionedQueue:
     def unbind(self, flow: FlowId, now: float) -> None:
         """A flow unbinds or disconnects (the same thing). The first standby flow takes over at once."""
         self._advance(now)
+        _check_flow(flow)
         if flow not in self._seq:
             raise ValueError(f"unknown flow {flow!r}: it is not bound")
         del self._seq[flow]
@@ -145,7 +156,8 @@ class PartitionedQueue:
         for p in parts:
             self._owner[p] = None
         self._emit(FlowUnbound(flow, tuple(sorted(parts)), redelivered, self._now))
-        if self._standby:
+        # A member slot opened (never during a switch to exclusive, while members exceed the slots).
+        if self._standby and len(self._members) < self._capacity():
             _, successor = self._standby.pop(0)
             self._members[successor] = set()
             self._emit(FlowStandby(successor, False, self._now))
@@ -202,7 +214,7 @@ class PartitionedQueue:
         items = weights.items() if isinstance(weights, Mapping) else enumerate(weights)
         table: dict[int, float] = {}
         for p, v in items:
-            if not isinstance(p, int) or p < 0:
+            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
                 raise ValueError(f"weights keys must be partitions (ints >= 0), got {p!r}")
             v = float(v)
             if not math.isfinite(v) or v < 0:
@@ -219,10 +231,40 @@ class PartitionedQueue:
             self._holddown_until = self._now
         self._settle()
 
+    def set_access_type(self, access_type: str, now: float) -> None:
+        """Switch between "exclusive" (one member flow holds every partition) and "non-exclusive".
+
+        The seed counts this as a change of the operating partition count: the scale status goes to
+        scaling-up (to non-exclusive) or scaling-down (to exclusive) until a handoff in flight has
+        finished, then the rebalance starts at once, with no holddown. To non-exclusive, standby flows
+        become members and share the partitions; to exclusive, the earliest-bound member takes every
+        partition, one graceful handoff at a time, and each flow it empties goes back to standby.
+        """
+        self._advance(now)
+        if access_type not in ACCESS_TYPES:
+            raise ValueError(f"access_type must be one of {ACCESS_TYPES}, got {access_type!r}")
+        exclusive = access_type == "exclusive"
+        if exclusive == self.exclusive:
+            self._settle()
+            return
+        old = self.access_type
+        self.exclusive = exclusive
+        self._emit(AccessTypeChanged(old, access_type, self._now))
+        self._moves.clear()
+        self._need_plan = False
+        if self._scale_status == READY:
+            self._set_scale_status(SCALING_DOWN if exclusive else SCALING_UP)
+        self._settle()
+
+    @property
+    def access_type(self) -> str:
+        return "exclusive" if self.exclusive else "non-exclusive"
+
     def assign(self, flow: FlowId, partitions: Sequence[int], now: float) -> None:
         """Give unowned partitions to member `flow` at once, for callers that place partitions
         themselves (a BatchQueue adopting its existing workers); no handoff, no rebalance."""
         self._advance(now)
+        _check_flow(flow)
         if flow not in self._members:
             raise ValueError(f"flow {flow!r} is not a member flow (bound and not standby)")
         for p in partitions:
@@ -238,6 +280,7 @@ class PartitionedQueue:
         top of count balance). Counted as a completed handoff; it does not start a rebalance."""
         self._advance(now)
         self._check_partition(partition)
+        _check_flow(to_flow, "to_flow")
         if to_flow not in self._members:
             raise ValueError(f"to_flow {to_flow!r} is not a member flow (bound and not standby)")
         old = self._owner[partition]
@@ -370,6 +413,7 @@ class PartitionedQueue:
 
     def partitions_of(self, flow: FlowId) -> list[int]:
         """Sorted partitions `flow` owns (paused ones included); [] for standby flows."""
+        _check_flow(flow)
         if flow not in self._seq:
             raise ValueError(f"unknown flow {flow!r}: it is not bound")
         return sorted(self._members.get(flow, ()))
@@ -468,6 +512,9 @@ class PartitionedQueue:
         flows = self.flows
         if not flows:
             return
+        if len(flows) > self._capacity():
+            self._plan_to_keepers(flows[: self._capacity()], flows[self._capacity() :])
+            return
         plan = plan_count_balance(self._owner, flows, self._plan_weights())
         self._emit(
             RebalancePlanned(tuple(flows), self._count, len(plan.handoffs), len(plan.assignments), self._now)
@@ -479,6 +526,20 @@ class PartitionedQueue:
             if f in by_flow:
                 self._assign(f, by_flow[f])
         self._moves = deque(plan.handoffs)
+
+    def _plan_to_keepers(self, keepers: list[FlowId], excess: list[FlowId]) -> None:
+        """More members than slots (a switch to exclusive): everything goes to the kept members.
+
+        Ownerless partitions are mapped at once; the excess members hand theirs off one at a time and
+        go to standby when they hold nothing (`_finish_handoff`).
+        """
+        orphans = [p for p, o in enumerate(self._owner) if o is None or o not in self._members]
+        sources = [(f, p) for f in excess for p in sorted(self._members[f])]
+        self._emit(RebalancePlanned(tuple(keepers), self._count, len(sources), len(orphans), self._now))
+        if orphans:
+            self._assign(keepers[0], orphans)
+        self._moves = deque(Move(p, f, keepers[i % len(keepers)]) for i, (f, p) in enumerate(sources))
+        self._fit_members()
 
     def _plan_weights(self) -> list[float] | None:
         if self._weights is None:
@@ -521,6 +582,8 @@ class PartitionedQueue:
             self._emit(FlowChangeUpdate(h.from_flow, False, self._now))
         if first:
             self._emit(FlowChangeUpdate(h.to_flow, True, self._now))
+        if len(self._members) > self._capacity():
+            self._fit_members()  # a flow emptied by a switch to exclusive goes back to standby
 
     def _abort_handoff(self, reason: str) -> None:
         h = self._handoff
@@ -568,10 +631,15 @@ class PartitionedQueue:
                 self._emit(FlowStandby(f, True, self._now))
 
     def _membership_changed(self) -> None:
-        """A member joined or left: (re)start the holddown; pending handoffs wait for a fresh plan."""
+        """A member joined or left: start the holddown; pending handoffs wait for a fresh plan.
+
+        A holddown already running keeps its end, `first change + rebalance_delay_s` (Solace's "maximum
+        delay between the first and last consumer instance change"), unless `sliding_holddown`.
+        """
         self._moves.clear()
         self._need_plan = False
-        self._holddown_until = self._now + self.rebalance_delay_s
+        if self._status != HOLDDOWN or self.sliding_holddown:
+            self._holddown_until = self._now + self.rebalance_delay_s
         self._set_status(HOLDDOWN)
 
     def _set_status(self, new: str) -> None:
@@ -588,8 +656,18 @@ class PartitionedQueue:
         self._events.append(event)
 
     def _check_partition(self, partition: int) -> None:
-        if not isinstance(partition, int) or not 0 <= partition < self._count:
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < self._count:
             raise ValueError(f"partition must be in [0, {self._count}), got {partition!r}")
+
+
+def _check_flow(flow: object, name: str = "flow") -> None:
+    """A flow id is a dict key here: None means ownerless, and an unhashable id cannot be one."""
+    if flow is None:
+        raise ValueError(f"{name} must not be None")
+    try:
+        hash(flow)
+    except TypeError:
+        raise ValueError(f"{name} must be hashable, got {flow!r}") from None
 
 
 def _check_count(name: str, value: int, minimum: int = 1) -> None:

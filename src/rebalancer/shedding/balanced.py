@@ -7,11 +7,13 @@ Ideas, and why:
 * Hysteresis through per-broker hit counts only: a broker must stay ``avg_shedder_low_threshold``
   above the coolest broker for ``low_hits`` cycles (``high_hits`` when the gap reaches
   ``avg_shedder_high_threshold``). Short spikes never trigger.
-* Moves are planned together like LPT: repeatedly the hottest source and the coolest destination by
-  *predicted* usage, the largest bundle that does not overshoot. A bundle's usage on a broker is
-  estimated from that broker's usage per message rate, so a fast machine counts a bundle as less load
-  than a slow one (heterogeneous capacity). Brokers whose usage does not come from bundles (an idle
-  broker sharing its host with another process) are left out of the target average.
+* Moves come from the shared planner, ``rebalancer.balance.plan_rebalance`` with ``capacity=``:
+  repeatedly the hottest source and the coolest destination by *predicted* usage are planned as two
+  machines of unequal speed, each broker's capacity being the message rate one usage point is worth
+  there (a fast machine counts a bundle as less load than a slow one), and what cannot move as fixed
+  load. The plan stops at the cluster's level rather than the pair's midpoint. Brokers whose usage
+  does not come from bundles (an idle broker sharing its host with another process) are left out of
+  the target average.
 * Moves in flight (unloaded but not yet in the load reports) keep counting on their destination, the
   preallocation idea that spares LeastLongTermMessageRate from over-placement, so stale reports do not
   cause a second round of unloading.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from rebalancer.balance import plan_rebalance
 from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
 
@@ -52,6 +55,7 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
         max_moves_per_cycle: int = 0,
         no_return_cycles: int = 120,
         in_flight_timeout_cycles: int = 5,
+        resolution: float = 2.0,
     ) -> None:
         PlanBoundPlacement.__init__(self, seed)
         for name, value in (
@@ -73,6 +77,9 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
         self.max_moves_per_cycle = max_moves_per_cycle
         self.no_return_cycles = no_return_cycles
         self.in_flight_timeout_cycles = in_flight_timeout_cycles
+        if not resolution > 0 or resolution == float("inf"):
+            raise ValueError(f"resolution must be a finite number > 0, got {resolution}")
+        self.resolution = resolution
         self.cycle = 0
         self.hits: dict[str, int] = {}
         self.in_flight: dict[str, _InFlight] = {}
@@ -163,59 +170,91 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
             b for b in cluster.brokers if cluster.brokers[b].msg_rate > 0 or predicted[b] <= mean_all
         ]
         target = sum(predicted[b] / per_rate[b] for b in balancing) / sum(1 / per_rate[b] for b in balancing)
-        overload = conf.broker_overloaded_threshold_percentage
-        budget = self.max_moves_per_cycle or 1_000_000
+        budget = self.max_moves_per_cycle or None
         moved_from: set[str] = set()
         destinations = set(balancing)
 
-        while sources and budget > 0:
+        for _ in range(4 * len(cluster.brokers)):
+            if not sources or budget == 0:
+                break
             source = max(sources, key=lambda b: (predicted[b], b))
             options = sorted((b for b in destinations if b != source), key=lambda b: (predicted[b], b))
             if not options or predicted[source] - predicted[options[0]] <= self.stop_gap:
                 sources.discard(source)
                 continue
-            choice = self._pick(source, options, movable[source], per_rate, predicted, target, overload)
-            if choice is None:
+            moves = self._plan_pair(source, options[0], movable, per_rate, predicted, target, budget)
+            if not moves:
                 sources.discard(source)
                 continue
-            bundle, rate, destination = choice
-            drop, gain = per_rate[source] * rate, per_rate[destination] * rate
-            predicted[source] -= drop
-            predicted[destination] += gain
-            movable[source] = [item for item in movable[source] if item[0] != bundle]
-            selected.setdefault(source, []).append(bundle)
-            self.bundle_broker_plan[bundle] = destination
-            self.in_flight[bundle] = _InFlight(source, destination, drop, gain, self.cycle)
-            self.departures.setdefault(bundle, {})[source] = self.cycle
-            moved_from.add(source)
-            budget -= 1
+            for bundle, rate, src, dst in moves:
+                drop, gain = per_rate[src] * rate, per_rate[dst] * rate
+                predicted[src] -= drop
+                predicted[dst] += gain
+                movable[src] = [item for item in movable[src] if item[0] != bundle]
+                movable[dst].append((bundle, rate))
+                selected.setdefault(src, []).append(bundle)
+                self.bundle_broker_plan[bundle] = dst
+                self.in_flight[bundle] = _InFlight(src, dst, drop, gain, self.cycle)
+                self.departures.setdefault(bundle, {})[src] = self.cycle
+                moved_from.add(src)
+            if budget is not None:
+                budget -= len(moves)
         for broker in moved_from:
             self.hits.pop(broker, None)
         return selected
 
-    def _pick(
+    def _plan_pair(
         self,
         source: str,
-        options: list[str],
-        bundles: list[tuple[str, float]],
+        destination: str,
+        movable: dict[str, list[tuple[str, float]]],
         per_rate: dict[str, float],
         predicted: dict[str, float],
         target: float,
-        overload: float,
-    ) -> tuple[str, float, str] | None:
-        """Largest bundle that moves without overshooting, to the coolest destination that takes it."""
-        floor = target - self.tolerance
-        for destination in options[:3]:
-            ceiling = min(target + self.tolerance, overload)
-            for bundle, rate in bundles:
-                left = self.departures.get(bundle, {}).get(destination)
-                if left is not None and self.cycle - left <= self.no_return_cycles:
-                    continue
-                after_source = predicted[source] - per_rate[source] * rate
-                after_destination = predicted[destination] + per_rate[destination] * rate
-                if after_source >= max(after_destination, floor) and after_destination <= ceiling:
-                    return bundle, rate, destination
-        return None
+        budget: int | None,
+    ) -> list[tuple[str, float, str, str]]:
+        """(bundle, rate, from, to) for the moves `plan_rebalance` finds between two brokers.
+
+        The pair is planned as two machines of unequal speed (capacity = msg/s per usage point), with
+        what cannot move as fixed load. To stop at the cluster's level rather than at the pair's
+        midpoint, the destination is planned as if it sat higher: then balancing the pair moves
+        `min(source - target - tolerance / 4, target - destination)` points, and no more.
+        A bundle never goes back to a broker it left within `no_return_cycles`: it stays put.
+        """
+        pair = (source, destination)
+        k = [per_rate[source], per_rate[destination]]
+        # A source within tolerance / 4 of the level counts as there: that last point is not worth a move.
+        margin = self.tolerance / 4
+        shed = min((predicted[source] - target - margin) / k[0], (target - predicted[destination]) / k[1])
+        if shed * k[0] <= 0:
+            return []
+        level = [predicted[source], max(predicted[destination], predicted[source] - (k[0] + k[1]) * shed)]
+        # Only the source's bundles move (the destination's are fixed load), and none back to where it was.
+        names, rates = [], []
+        for bundle, rate in movable[source]:
+            left = self.departures.get(bundle, {}).get(destination)
+            if left is None or self.cycle - left > self.no_return_cycles:
+                names.append(bundle)
+                rates.append(rate)
+        if not names:
+            return []
+        owner = [0] * len(names)
+        fixed = [max(0.0, level[0] / k[0] - sum(rates)), level[1] / k[1]]
+        # Rates in units of `resolution` usage points on the source: the planner then sees plans that
+        # differ by less as equal, and of those takes the one with the fewest moves.
+        unit = self.resolution / k[0]
+        plan = plan_rebalance(
+            [round(r / unit) for r in rates],
+            owner,
+            2,
+            capacity=[1 / k[0], 1 / k[1]],
+            fixed_load=[f / unit for f in fixed],
+            skip_ratio=1.0,
+            max_moves=budget,
+        )
+        if plan.skipped is not None:
+            return []
+        return [(names[p], rates[p], pair[old], pair[new]) for p, old, new in plan.moves]
 
     # -- placement ---------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""``rebalancer shedding simulate`` and ``rebalancer shedding compare``."""
+"""``rebalancer shedding simulate|compare|replay|record``."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -13,14 +14,18 @@ from rebalancer.shedding.compare import (
     Comparison,
     plot_result,
     run_comparison,
-    slug,
     write_plots,
 )
+from rebalancer.shedding.model import ShedderConfig
+from rebalancer.shedding.reports import load_reports, record, replay, write_reports
 from rebalancer.shedding.sim import (
     COMBINATIONS,
+    Combination,
+    Scenario,
     SimConfig,
     all_scenarios,
     combination,
+    configured,
     scenario,
     simulate,
     with_minutes,
@@ -47,6 +52,37 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _replay_inputs(p: argparse.ArgumentParser, required: bool) -> None:
+    """--reports, --converge-target and --broker-conf: your load and your settings."""
+    p.add_argument(
+        "--reports",
+        type=Path,
+        required=required,
+        default=None,
+        help="a directory of load-report snapshots (JSON), replayed instead of the synthetic scenarios",
+    )
+    p.add_argument(
+        "--converge-target", type=_positive_float, default=10.0, help="with --reports: max-min usage spread"
+    )
+    p.add_argument(
+        "--broker-conf",
+        type=Path,
+        default=None,
+        help="your Pulsar broker.conf: every strategy runs with its loadBalancer* settings, and the "
+        "pair it configures is added as '(configured)'",
+    )
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_non_negative, default=0, help="random seed (runs are reproducible)")
     p.add_argument(
@@ -62,7 +98,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="shedding_command", metavar="COMMAND", parser_class=type(parser))
     sub.required = True
 
-    sim = sub.add_parser("simulate", help="run one scenario with one strategy")
+    sim = sub.add_parser(
+        "simulate",
+        help="run one scenario with one strategy",
+        description="Simulate a broker cluster minute by minute under one scenario (see `compare` for "
+        "the list) with one shedding strategy and its placement strategy, and print what it did: "
+        "bundles moved, cycles until the load converged, the final spread between brokers, "
+        "oscillations and over-placement. --plot writes broker usage over time (needs the 'plots' "
+        "extra).",
+    )
     sim.add_argument("--scenario", default="over-placement", help="scenario name (see compare)")
     sim.add_argument(
         "--strategy", default="AvgShedder", help="combination name, e.g. AvgShedder, BalancedShedder"
@@ -72,12 +116,45 @@ def register(parser: argparse.ArgumentParser) -> None:
     _common(sim)
     sim.set_defaults(func=simulate_command)
 
-    cmp = sub.add_parser("compare", help="every strategy on every scenario: the PIP-364 table, measured")
+    cmp = sub.add_parser(
+        "compare",
+        help="every strategy on every scenario: the PIP-364 table, measured",
+        description="Run every strategy on every scenario with the same seed and print the table of "
+        "Pulsar's PIP-364 (which strategy handles heterogeneous brokers, jitter, over-placement, "
+        "over-unloading and slow balancing), measured instead of rated, then every scenario's numbers "
+        "and the totals. --out writes one plot per scenario and strategy (needs the 'plots' extra).",
+    )
     cmp.add_argument("--scenario", action="append", default=None, help="only these scenarios (repeatable)")
     cmp.add_argument("--strategy", action="append", default=None, help="only these strategies (repeatable)")
     cmp.add_argument("--out", type=Path, default=None, help="directory for one PNG per scenario x strategy")
+    _replay_inputs(cmp, required=False)
     _common(cmp)
     cmp.set_defaults(func=compare_command)
+
+    rep = sub.add_parser(
+        "replay",
+        help="one strategy over your load reports (a directory of JSON snapshots)",
+        description="Replay recorded load reports (one JSON file per snapshot: each broker's "
+        "LocalBrokerData and each bundle's BundleData, as Pulsar stores them) through one strategy: "
+        "its decisions move bundles in every later snapshot. Prints the simulator's metrics.",
+    )
+    rep.add_argument("--strategy", default="AvgShedder", help="combination name, or 'configured'")
+    rep.add_argument("--plot", type=Path, default=None, help="write the usage plot to this PNG")
+    _replay_inputs(rep, required=True)
+    _common(rep)
+    rep.set_defaults(func=replay_command)
+
+    rec = sub.add_parser(
+        "record",
+        help="write a scenario's per-minute load reports, without shedding",
+        description="Write a synthetic scenario's per-minute load reports in Pulsar's shapes, with no "
+        "load manager acting: example input for `replay` and `compare --reports`.",
+    )
+    rec.add_argument("--scenario", default="heterogeneous", help="scenario name (see compare)")
+    rec.add_argument("--minutes", type=_positive, default=20, help="snapshots to write (>= 2)")
+    rec.add_argument("--seed", type=_non_negative, default=0, help="random seed (runs are reproducible)")
+    rec.add_argument("--out", type=Path, required=True, help="directory for the snapshot JSON files")
+    rec.set_defaults(func=record_command)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -90,27 +167,32 @@ def simulate_command(args: argparse.Namespace) -> int:
         sc = with_minutes(sc, args.minutes)
     combo = combination(args.strategy)
     result = simulate(sc, combo, seed=args.seed, config=_config(args))
-    table = Table(title=f"{sc.title} — {combo.name} (seed {args.seed})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.summary().items():
-        table.add_row(key, "never" if value is None else str(value))
+    _print_summary(result.summary(), f"{sc.title} — {combo.name} (seed {args.seed})")
     console = Console(width=120)
-    console.print(table)
     if args.plot is not None:
         path = plot_result(result, args.plot, combo.conf.broker_overloaded_threshold_percentage)
         console.print(f"plot: {path}")
     return 0
 
 
-def print_comparison(comparison: Comparison, console: Console) -> None:
-    pip = Table(title="PIP-364 table, measured (rating: numbers)", show_lines=True)
-    pip.add_column("combination", min_width=45)
-    for column in PIP_COLUMNS:
-        pip.add_column(column)
-    for row in comparison.pip_rows():
-        pip.add_row(*row)
-    console.print(pip)
+def _print_summary(summary: dict, title: str) -> None:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        table.add_row(key, "never" if value is None else str(value))
+    Console(width=120).print(table)
+
+
+def print_comparison(comparison: Comparison, console: Console, pip: bool = True) -> None:
+    if pip:
+        table = Table(title="PIP-364 table, measured (rating: numbers)", show_lines=True)
+        table.add_column("combination", min_width=45)
+        for column in PIP_COLUMNS:
+            table.add_column(column)
+        for row in comparison.pip_rows():
+            table.add_row(*row)
+        console.print(table)
 
     detail = Table(title="every scenario (moves, cycles to converge, final spread, events)")
     for name in (
@@ -138,19 +220,69 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
     console.print(totals)
 
 
+def _combos(args: argparse.Namespace, names: list[str] | None) -> list[Combination]:
+    """The chosen combinations; with --broker-conf all run with its settings, plus the configured pair."""
+    conf = ShedderConfig.from_broker_conf(args.broker_conf) if args.broker_conf is not None else None
+    chosen = []
+    for name in names or [c.name for c in COMBINATIONS]:
+        if name == "configured":
+            if conf is None:
+                raise ValueError("--strategy configured needs --broker-conf")
+            chosen.append(configured(conf))
+        else:
+            chosen.append(combination(name) if conf is None else replace(combination(name), conf=conf))
+    if conf is not None and names is None:
+        chosen.append(configured(conf))
+    return chosen
+
+
 def compare_command(args: argparse.Namespace) -> int:
+    combos = _combos(args, args.strategy)
+    console = Console(width=250)
+    if args.reports is not None:
+        snapshots = load_reports(args.reports)
+        name = f"reports in {args.reports}"
+        sc = Scenario(name, name, (), (), None, len(snapshots), args.converge_target)
+        config = _config(args)
+        results = {
+            (name, c.name): replay(snapshots, c, args.seed, config, args.converge_target, name)
+            for c in combos
+        }
+        comparison = Comparison([sc], combos, results, config)
+        print_comparison(comparison, console, pip=False)
+        return _write_plots(comparison, args, console)
     scenarios = all_scenarios(small=args.small)
     if args.scenario:
         scenarios = [scenario(name, small=args.small) for name in args.scenario]
-    combos = list(COMBINATIONS)
-    if args.strategy:
-        combos = [combination(name) for name in args.strategy]
     comparison = run_comparison(scenarios, combos, seed=args.seed, config=_config(args))
-    console = Console(width=250)
     print_comparison(comparison, console)
+    return _write_plots(comparison, args, console)
+
+
+def _write_plots(comparison: Comparison, args: argparse.Namespace, console: Console) -> int:
     if args.out is not None:
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out must be a directory, got file {str(args.out)!r}")
         paths = write_plots(comparison, args.out)
-        console.print(f"wrote {len(paths)} plots to {args.out}/ (e.g. {slug(scenarios[0].name)}__*.png)")
+        console.print(f"wrote {len(paths)} plots to {args.out}/ (e.g. {paths[0].name})")
+    return 0
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    (combo,) = _combos(args, [args.strategy])
+    snapshots = load_reports(args.reports)
+    result = replay(snapshots, combo, args.seed, _config(args), args.converge_target, "reports")
+    _print_summary(result.summary(), f"{len(snapshots)} snapshots in {args.reports} — {combo.name}")
+    if args.plot is not None:
+        path = plot_result(result, args.plot, combo.conf.broker_overloaded_threshold_percentage)
+        Console(width=120).print(f"plot: {path}")
+    return 0
+
+
+def record_command(args: argparse.Namespace) -> int:
+    if args.minutes < 2:
+        raise ValueError(f"--minutes must be >= 2 (a replay needs two snapshots), got {args.minutes}")
+    sc = with_minutes(scenario(args.scenario), args.minutes)
+    paths = write_reports(record(sc, seed=args.seed), args.out)
+    Console(width=120).print(f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
     return 0

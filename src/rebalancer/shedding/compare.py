@@ -20,7 +20,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from rebalancer._extras import require_extra
 from rebalancer.shedding.sim import COMBINATIONS, Combination, Scenario, SimConfig, SimResult, simulate
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ def rate(column: str, result: SimResult) -> str:
     if column == "jitter":
         if s["moves"] == 0:
             return "good"
-        return "normal" if s["moves"] <= 5 and s["oscillations"] == 0 else "bad"
+        return "normal" if result.moves <= 5 and s["oscillations"] == 0 else "bad"
     if column == "over-placement":
         if s["over_placement"]:
             return "bad"
@@ -146,12 +148,20 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def plot_result(result: SimResult, path: Path, overload: float = 85.0) -> Path:
-    """Usage per broker over time, with the spread underneath."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend; a missing 'plots' extra is named."""
+    require_extra("rebalancer.shedding plots", "plots")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_result(result: SimResult, path: Path, overload: float = 85.0) -> Path:
+    """Usage per broker over time, with the spread underneath."""
+    plt = _pyplot()
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, height_ratios=(3, 1))
     many = len(result.usage) > 12
@@ -181,10 +191,7 @@ def plot_result(result: SimResult, path: Path, overload: float = 85.0) -> Path:
 
 def plot_side_by_side(results: Sequence[SimResult], path: Path, overload: float = 85.0) -> Path:
     """One scenario, several strategies: the README figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), sharey=True)
     axes = [axes] if len(results) == 1 else list(axes)

@@ -8,9 +8,13 @@ Pulsar's own tests reads the same here.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 
@@ -18,9 +22,14 @@ _USAGE_FIELDS = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_ou
 _BROKER_RATE_FIELDS = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
 
 
+def is_real(value: object) -> bool:
+    """A finite int or float that is not a bool (True is not a CPU percentage)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _check_rate(owner: str, name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise ValueError(f"{owner}.{name} must be a rate >= 0, got {value!r}")
+    if not is_real(value) or value < 0:
+        raise ValueError(f"{owner}.{name} must be a finite rate >= 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +88,12 @@ class BrokerLoad:
     def validate(self, name: str) -> None:
         for usage in _USAGE_FIELDS:
             value = getattr(self, usage)
-            if not isinstance(value, (int, float)) or math.isnan(value) or not 0.0 <= value <= 100.0:
+            if not is_real(value) or not 0.0 <= value <= 100.0:
                 raise ValueError(f"broker {name!r}: {usage} must be within 0..100 percent, got {value!r}")
         for rate in _BROKER_RATE_FIELDS:
             value = getattr(self, rate)
-            if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-                raise ValueError(f"broker {name!r}: {rate} must be >= 0, got {value!r}")
+            if not is_real(value) or value < 0:
+                raise ValueError(f"broker {name!r}: {rate} must be a finite rate >= 0, got {value!r}")
         if len(set(self.bundles)) != len(self.bundles):
             raise ValueError(f"broker {name!r}: lists a bundle twice in {list(self.bundles)!r}")
 
@@ -97,7 +106,7 @@ class BrokerLoad:
         return self.msg_throughput_in + self.msg_throughput_out
 
     def max_resource_usage(self) -> float:
-        """Pulsar's ``getMaxResourceUsage``: memory no longer counts (Pulsar 3.x); fraction 0..1."""
+        """Pulsar's ``getMaxResourceUsage``: heap memory no longer counts (Pulsar 3.x); fraction 0..1."""
         return max(self.cpu, self.direct_memory, self.bandwidth_in, self.bandwidth_out) / 100.0
 
     def _weighted(self, conf: ShedderConfig) -> tuple[float, ...]:
@@ -143,9 +152,16 @@ class ClusterLoad:
                 if bundle in owner:
                     raise ValueError(f"bundle {bundle!r} is owned by both {owner[bundle]!r} and {name!r}")
                 owner[bundle] = name
-        for name, bundle in self.bundles.items():
-            if not isinstance(bundle, BundleLoad):
-                raise ValueError(f"bundle {name!r} must be a BundleLoad, got {type(bundle).__name__}")
+        for name, data in self.bundles.items():
+            if not isinstance(data, BundleLoad):
+                raise ValueError(f"bundle {name!r} must be a BundleLoad, got {type(data).__name__}")
+        for name, when in self.recently_unloaded.items():
+            if not is_real(when):
+                raise ValueError(
+                    f"recently_unloaded[{name!r}] must be a finite time in seconds, got {when!r}"
+                )
+        if not is_real(self.timestamp):
+            raise ValueError(f"timestamp must be a finite time in seconds, got {self.timestamp!r}")
         object.__setattr__(self, "_owner", owner)
 
     def owner_of(self, bundle: str) -> str | None:
@@ -177,6 +193,9 @@ class ClusterLoad:
         return sum(load.long_term_msg_rate for _, load in self.bundles_with_data(broker))
 
 
+PULSAR_IMPL = "org.apache.pulsar.broker.loadbalance.impl."
+
+
 @dataclass(frozen=True)
 class ShedderConfig:
     """Pulsar's load-balancer settings (ServiceConfiguration defaults), snake_case, no prefix."""
@@ -201,10 +220,11 @@ class ShedderConfig:
     average_resource_usage_difference_threshold_percentage: float = 10
     # OverloadShedder / LeastLongTermMessageRate
     broker_overloaded_threshold_percentage: float = 85
-    # resource weights (memory is deprecated in Pulsar and weighs 0)
+    # resource weights. Heap memory is deprecated since Pulsar 3.0 and no longer a balancing signal
+    # (weight 0 here; Pulsar ignores its setting); direct memory still is, with weight 1.0.
     cpu_resource_weight: float = 1.0
     memory_resource_weight: float = 0.0
-    direct_memory_resource_weight: float = 0.0
+    direct_memory_resource_weight: float = 1.0
     bandwidth_in_resource_weight: float = 1.0
     bandwidth_out_resource_weight: float = 1.0
     # cadence
@@ -218,15 +238,22 @@ class ShedderConfig:
     shedding_delay_in_seconds: float = 180  # Pulsar: loadBalanceSheddingDelayInSeconds
     max_number_of_bundles_in_bundle_load_report: int = 10
     debug_mode_enabled: bool = False
+    # which strategies the broker runs (fully qualified Java class names, as in broker.conf)
+    load_shedding_strategy: str = PULSAR_IMPL + "ThresholdShedder"
+    load_placement_strategy: str = PULSAR_IMPL + "LeastLongTermMessageRate"
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool):
+            if f.type == "bool" or f.type == "str":
+                kind = bool if f.type == "bool" else str
+                if not isinstance(value, kind):
+                    raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
                 continue
-            if not isinstance(value, (int, float)) or math.isnan(value):
-                raise ValueError(f"{f.name} must be a number, got {value!r}")
-        nonneg = [f.name for f in fields(self) if not isinstance(getattr(self, f.name), bool)]
+            if not is_real(value) or (f.type == "int" and not isinstance(value, int)):
+                what = "an int" if f.type == "int" else "a finite number"
+                raise ValueError(f"{f.name} must be {what}, got {value!r}")
+        nonneg = [f.name for f in fields(self) if f.type not in ("bool", "str")]
         for name in nonneg:
             if name == "max_unload_bundle_num_per_shedding":
                 continue
@@ -247,3 +274,147 @@ class ShedderConfig:
             )
         if self.shedding_interval_minutes <= 0:
             raise ValueError(f"shedding_interval_minutes must be > 0, got {self.shedding_interval_minutes!r}")
+
+        for name in ("load_shedding_strategy", "load_placement_strategy"):
+            short = getattr(self, name).removeprefix(PULSAR_IMPL)
+            known = SHEDDING_STRATEGIES if name == "load_shedding_strategy" else PLACEMENT_STRATEGIES
+            if short not in known:
+                raise ValueError(f"{name} must be one of {', '.join(known)}, got {getattr(self, name)!r}")
+
+    @property
+    def shedding_strategy_name(self) -> str:
+        """The configured shedding strategy's class name without its package."""
+        return self.load_shedding_strategy.removeprefix(PULSAR_IMPL)
+
+    @property
+    def placement_strategy_name(self) -> str:
+        return self.load_placement_strategy.removeprefix(PULSAR_IMPL)
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, str | float | bool], **overrides: object
+    ) -> ShedderConfig:
+        """Settings from Pulsar's own property names (``ServiceConfiguration``), e.g. a parsed broker.conf.
+
+        Values may be strings as in broker.conf (an empty one means "not set", as in Pulsar) or
+        numbers. ``loadBalancer*`` keys this model does not use are logged in one warning; other
+        keys are the rest of a broker's settings and are ignored. A bad value raises ValueError naming
+        the Pulsar key. ``overrides`` are field values applied on top.
+        """
+        values: dict[str, object] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        unused: list[str] = []
+        for key, raw in properties.items():
+            if not isinstance(key, str):
+                raise ValueError(f"property names must be strings, got {key!r}")
+            if isinstance(raw, str) and not raw.strip():
+                continue
+            if key in IGNORED_PROPERTIES:
+                _parse(key, raw, "float")
+                log.warning("%s: %s; ignored", key, IGNORED_PROPERTIES[key])
+                continue
+            name = PROPERTY_NAMES.get(key)
+            if name is None:
+                if key.startswith(("loadBalancer", "loadBalance")):
+                    unused.append(key)
+                continue
+            values[name] = _parse(key, raw, str(types[name]))
+        if unused:
+            log.warning(
+                "ignoring loadBalancer settings the simulator does not model: %s", ", ".join(sorted(unused))
+            )
+        values.update(overrides)
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except ValueError as err:
+            keys = {v: k for k, v in PROPERTY_NAMES.items()}
+            field_name = str(err).split(" ", 1)[0]
+            raise ValueError(f"{keys.get(field_name, field_name)}: {err}") from None
+
+    @classmethod
+    def from_broker_conf(cls, path: str | Path, **overrides: object) -> ShedderConfig:
+        """Settings from a Pulsar broker.conf (Java properties syntax); see ``from_properties``."""
+        import javaproperties
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"broker.conf not found: {str(path)!r}")
+        with path.open(encoding="utf-8") as f:
+            try:
+                properties = javaproperties.load(f)
+            except ValueError as err:
+                raise ValueError(f"{path}: not a Java properties file: {err}") from None
+        return cls.from_properties(properties, **overrides)
+
+
+SHEDDING_STRATEGIES = ("ThresholdShedder", "OverloadShedder", "UniformLoadShedder", "AvgShedder")
+PLACEMENT_STRATEGIES = ("LeastLongTermMessageRate", "LeastResourceUsageWithWeight", "AvgShedder")
+
+# Pulsar's property names (ServiceConfiguration; note its own spelling "Bandwith") -> field names.
+PROPERTY_NAMES: dict[str, str] = {
+    "maxUnloadPercentage": "max_unload_percentage",
+    "minUnloadMessage": "min_unload_message",
+    "minUnloadMessageThroughput": "min_unload_message_throughput",
+    "loadBalancerMsgRateDifferenceShedderThreshold": "msg_rate_difference_shedder_threshold",
+    "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold": (
+        "msg_throughput_multiplier_difference_shedder_threshold"
+    ),
+    "maxUnloadBundleNumPerShedding": "max_unload_bundle_num_per_shedding",
+    "loadBalancerAvgShedderLowThreshold": "avg_shedder_low_threshold",
+    "loadBalancerAvgShedderHighThreshold": "avg_shedder_high_threshold",
+    "loadBalancerAvgShedderHitCountLowThreshold": "avg_shedder_hit_count_low_threshold",
+    "loadBalancerAvgShedderHitCountHighThreshold": "avg_shedder_hit_count_high_threshold",
+    "loadBalancerHistoryResourcePercentage": "history_resource_percentage",
+    "loadBalancerBrokerThresholdShedderPercentage": "broker_threshold_shedder_percentage",
+    "loadBalancerBundleUnloadMinThroughputThreshold": "bundle_unload_min_throughput_threshold",
+    "lowerBoundarySheddingEnabled": "lower_boundary_shedding_enabled",
+    "loadBalancerAverageResourceUsageDifferenceThresholdPercentage": (
+        "average_resource_usage_difference_threshold_percentage"
+    ),
+    "loadBalancerBrokerOverloadedThresholdPercentage": "broker_overloaded_threshold_percentage",
+    "loadBalancerCPUResourceWeight": "cpu_resource_weight",
+    "loadBalancerDirectMemoryResourceWeight": "direct_memory_resource_weight",
+    "loadBalancerBandwithInResourceWeight": "bandwidth_in_resource_weight",
+    "loadBalancerBandwithOutResourceWeight": "bandwidth_out_resource_weight",
+    "loadBalancerSheddingIntervalMinutes": "shedding_interval_minutes",
+    "loadBalancerSheddingGracePeriodMinutes": "shedding_grace_period_minutes",
+    "loadBalancerBrokerLoadTargetStd": "broker_load_target_std",
+    "loadBalancerSheddingConditionHitCountThreshold": "shedding_condition_hit_count_threshold",
+    "loadBalancerTransferEnabled": "transfer_enabled",
+    "loadBalancerMaxNumberOfBrokerSheddingPerCycle": "max_number_of_broker_shedding_per_cycle",
+    "loadBalanceSheddingDelayInSeconds": "shedding_delay_in_seconds",
+    "loadBalancerMaxNumberOfBundlesInBundleLoadReport": "max_number_of_bundles_in_bundle_load_report",
+    "loadBalancerDebugModeEnabled": "debug_mode_enabled",
+    "loadBalancerLoadSheddingStrategy": "load_shedding_strategy",
+    "loadBalancerLoadPlacementStrategy": "load_placement_strategy",
+}
+
+# Known to Pulsar, read (and validated) here, but without effect, as in Pulsar 3.x.
+IGNORED_PROPERTIES: dict[str, str] = {
+    "loadBalancerMemoryResourceWeight": "heap memory is deprecated as a load signal since Pulsar 3.0",
+}
+
+
+def _parse(key: str, raw: object, kind: str) -> object:
+    """One property value as the field's type; the error names the Pulsar key."""
+    text = raw.strip() if isinstance(raw, str) else raw
+    if kind == "str":
+        if not isinstance(text, str):
+            raise ValueError(f"{key} must be a class name, got {raw!r}")
+        return text
+    if kind == "bool":
+        if isinstance(text, bool):
+            return text
+        if isinstance(text, str) and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise ValueError(f"{key} must be true or false, got {raw!r}")
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"{key} must be a number, got {raw!r}")
+    try:
+        value = int(text) if kind == "int" else float(text)
+    except ValueError:
+        what = "an integer" if kind == "int" else "a number"
+        raise ValueError(f"{key} must be {what}, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{key} must be finite, got {raw!r}")
+    return value

@@ -22,7 +22,7 @@ import numpy as np
 
 from rebalancer.shedding.balanced import BalancedShedder
 from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
-from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig
+from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig, is_real
 from rebalancer.shedding.pulsar import (
     AvgShedder,
     LeastLongTermMessageRate,
@@ -50,6 +50,17 @@ class BrokerSpec:
     leave_at: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("capacity", "background", "nic_bytes_per_second"):
+            if not is_real(getattr(self, name)):
+                raise ValueError(
+                    f"broker {self.name!r}: {name} must be a finite number, got {getattr(self, name)!r}"
+                )
+        for name in ("join_at", "leave_at"):
+            value = getattr(self, name)
+            if not (value is None and name == "leave_at") and (
+                not isinstance(value, int) or isinstance(value, bool)
+            ):
+                raise ValueError(f"broker {self.name!r}: {name} must be a minute (int), got {value!r}")
         if self.capacity <= 0:
             raise ValueError(f"broker {self.name!r}: capacity must be > 0, got {self.capacity}")
         if not 0 <= self.background <= 100:
@@ -83,6 +94,17 @@ class BundleSpec:
     message_bytes: float = 2048.0
 
     def __post_init__(self) -> None:
+        for name in ("rate", "amplitude", "message_bytes"):
+            if not is_real(getattr(self, name)):
+                raise ValueError(
+                    f"bundle {self.name!r}: {name} must be a finite number, got {getattr(self, name)!r}"
+                )
+        for name in ("period", "duration", "phase"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"bundle {self.name!r}: {name} must be minutes (int), got {value!r}")
+        if self.message_bytes < 0:
+            raise ValueError(f"bundle {self.name!r}: message_bytes must be >= 0, got {self.message_bytes}")
         if self.rate < 0:
             raise ValueError(f"bundle {self.name!r}: rate must be >= 0, got {self.rate}")
         if self.pattern not in PATTERNS:
@@ -173,6 +195,28 @@ COMBINATIONS: tuple[Combination, ...] = (
 )
 
 
+SHEDDERS: dict[str, type] = {
+    "ThresholdShedder": ThresholdShedder,
+    "OverloadShedder": OverloadShedder,
+    "UniformLoadShedder": UniformLoadShedder,
+    "AvgShedder": AvgShedder,
+}
+PLACEMENTS: dict[str, type] = {
+    "LeastLongTermMessageRate": LeastLongTermMessageRate,
+    "LeastResourceUsageWithWeight": LeastResourceUsageWithWeight,
+    "AvgShedder": AvgShedder,
+}
+
+
+def configured(conf: ShedderConfig) -> Combination:
+    """The pair a broker.conf selects (``loadBalancerLoadSheddingStrategy`` and ``...PlacementStrategy``),
+    run with that conf. AvgShedder as both is one object, as in Pulsar, so its plan binds placement."""
+    shed, place = conf.shedding_strategy_name, conf.placement_strategy_name
+    if shed == place == "AvgShedder":
+        return Combination("AvgShedder (configured)", _single(AvgShedder), conf)
+    return Combination(f"{shed}+{place} (configured)", _pair(SHEDDERS[shed], PLACEMENTS[place]), conf)
+
+
 def combination(name: str) -> Combination:
     for combo in COMBINATIONS:
         if combo.name == name or combo.name.split(" ")[0] == name or combo.name.split("+")[0] == name:
@@ -240,6 +284,166 @@ def load_series(scenario: Scenario, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+class Judge:
+    """What every run measures, and how decisions are carried out: shared by the simulator and replay.
+
+    Strategy-neutral by construction: usage spread and std, moves, oscillations, over-placement and
+    over-unloading against the plain mean of the live brokers, and time to converge.
+    """
+
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        n: int,
+        config: SimConfig,
+        conf: ShedderConfig,
+        times: Sequence[float] | None = None,
+    ) -> None:
+        self.config, self.conf, self.n = config, conf, n
+        grace = config.grace_period_minutes
+        self.grace_s = (conf.shedding_grace_period_minutes if grace is None else grace) * 60
+        self.usage = {b: np.full(n, np.nan) for b in brokers}
+        self.spread, self.std = np.zeros(n), np.zeros(n)
+        self.unloaded, self.moved, self.osc = np.zeros(n, int), np.zeros(n, int), np.zeros(n, int)
+        self.over_place, self.over_unload = np.zeros(n, int), np.zeros(n, int)
+        self.overloaded = np.zeros(n, int)
+        self.stale_skips = self.failovers = self.cycle = 0
+        self.recent: dict[str, float] = {}
+        self.departures: dict[str, list[tuple[int, str]]] = {}
+        self.pending: tuple[dict[str, float], float, set[str], set[str]] | None = None
+        self.now_usage: dict[str, float] = {}
+        # Seconds since the start, per step: one minute apart unless the steps are recorded snapshots.
+        self.times = np.arange(n) * 60.0 if times is None else np.asarray(times, dtype=np.float64)
+
+    def view(
+        self,
+        t: int,
+        reports: Sequence[Mapping[str, BrokerLoad]],
+        bundle_data: Sequence[Mapping[str, BundleLoad]],
+        alive: set[str],
+    ) -> ClusterLoad:
+        """The leader's view at step `t`: reports `report_delay` steps old, of the brokers alive now."""
+        idx = max(0, t - self.config.report_delay)
+        now = float(self.times[t])
+        return ClusterLoad(
+            brokers={b: reports[idx][b] for b in sorted(alive) if b in reports[idx]},
+            bundles=bundle_data[idx],
+            recently_unloaded={k: v for k, v in self.recent.items() if now - v < self.grace_s},
+            timestamp=float(self.times[idx]),
+        )
+
+    def place(
+        self, strategy: PlacementStrategy, bundle: str, view: ClusterLoad, alive: set[str], load: BundleLoad
+    ) -> str:
+        candidates = set(view.brokers) or set(alive)
+        if not candidates:
+            raise ValueError(f"no broker alive to place bundle {bundle!r}")
+        if bundle not in view.bundles and view.owner_of(bundle) is None:
+            view = ClusterLoad(
+                brokers=view.brokers,
+                bundles={**view.bundles, bundle: load},
+                recently_unloaded=view.recently_unloaded,
+                timestamp=view.timestamp,
+            )
+        chosen = strategy.select_broker(candidates, bundle, view, self.conf)
+        return chosen if chosen is not None else sorted(candidates)[0]
+
+    def observe(self, t: int, now_usage: dict[str, float]) -> None:
+        """Record step `t`'s usage, and judge the previous cycle's moves by what they did."""
+        for broker, value in now_usage.items():
+            self.usage.setdefault(broker, np.full(self.n, np.nan))[t] = value
+        values = np.array(list(now_usage.values()))
+        self.spread[t] = float(values.max() - values.min())
+        self.std[t] = float(values.std())
+        overload = self.conf.broker_overloaded_threshold_percentage
+        threshold = self.conf.broker_threshold_shedder_percentage
+        self.overloaded[t] = int((values > overload).sum())
+        avg_now = _mean(now_usage)
+        if self.pending is not None:
+            before, avg_before, sources, destinations = self.pending
+            for broker in destinations & set(now_usage):
+                u0, u1 = before[broker], now_usage[broker]
+                if (u1 > overload >= u0) or (u1 > avg_now + threshold and u0 <= avg_before + threshold):
+                    self.over_place[t] += 1
+            for broker in sources & set(now_usage):
+                if (
+                    before[broker] > avg_before
+                    and now_usage[broker] < avg_now - self.config.over_unload_margin
+                ):
+                    self.over_unload[t] += 1
+            self.pending = None
+        self.now_usage = now_usage
+
+    def shed(
+        self,
+        t: int,
+        shedder: LoadSheddingStrategy,
+        placer: PlacementStrategy,
+        placement: dict[str, str],
+        alive: set[str],
+        reports: Sequence[Mapping[str, BrokerLoad]],
+        bundle_data: Sequence[Mapping[str, BundleLoad]],
+    ) -> None:
+        """One shedding cycle at step `t`: decide on the leader's view, unload, place, count."""
+        self.cycle += 1
+        view = self.view(t, reports, bundle_data, alive)
+        decisions = shedder.find_bundles_for_unloading(view, self.conf)
+        sources: set[str] = set()
+        destinations: set[str] = set()
+        for broker, chosen in decisions.items():
+            for bundle in chosen:
+                if placement.get(bundle) != broker or broker not in alive:
+                    self.stale_skips += 1
+                    continue
+                self.unloaded[t] += 1
+                self.recent[bundle] = float(self.times[t])
+                destination = self.place(placer, bundle, view, alive, view.bundles.get(bundle, _IDLE))
+                if destination == broker:
+                    continue
+                self.moved[t] += 1
+                for left_cycle, left in self.departures.get(bundle, []):
+                    if left == destination and self.cycle - left_cycle <= self.config.oscillation_window:
+                        self.osc[t] += 1
+                        break
+                self.departures.setdefault(bundle, []).append((self.cycle, broker))
+                placement[bundle] = destination
+                sources.add(broker)
+                destinations.add(destination)
+        if sources:
+            self.pending = (dict(self.now_usage), _mean(self.now_usage), sources, destinations)
+
+    def converge(self, target: float, start: int) -> int | None:
+        k = self.config.converge_cycles * self.config.interval
+        under = self.spread < target
+        for t in range(start, len(self.spread) - k + 1):
+            if under[t : t + k].all():
+                return (t - start) // self.config.interval
+        return None
+
+    def result(self, scenario: str, strategy: str, converge_target: float, converge_from: int) -> SimResult:
+        return SimResult(
+            scenario=scenario,
+            strategy=strategy,
+            minutes=np.arange(self.n),
+            usage=self.usage,
+            spread=self.spread,
+            std=self.std,
+            unloaded=self.unloaded,
+            moved=self.moved,
+            oscillations=self.osc,
+            over_placement=self.over_place,
+            over_unloading=self.over_unload,
+            overloaded=self.overloaded,
+            converge_cycles=self.converge(converge_target, converge_from),
+            stale_skips=self.stale_skips,
+            failover_placements=self.failovers,
+            converge_target=converge_target,
+        )
+
+
+_IDLE = BundleLoad(0.0, 0.0, 0.0, 0.0)
+
+
 class Simulator:
     """Runs one scenario with one combination; see the module docstring for the model."""
 
@@ -276,7 +480,8 @@ class Simulator:
         self._background = {b.name: b.background for b in scenario.brokers}
 
     def _strategies(self) -> list[LoadSheddingStrategy | PlacementStrategy]:
-        return [self.shedder] if self.shedder is self.placement else [self.shedder, self.placement]
+        same = id(self.shedder) == id(self.placement)  # one object playing both roles (AvgShedder)
+        return [self.shedder] if same else [self.shedder, self.placement]
 
     def run(self) -> SimResult:
         sc, cfg, conf = self.scenario, self.config, self.conf
@@ -284,55 +489,14 @@ class Simulator:
         bundles = {b.name: b for b in sc.bundles}
         bundle_index = {b.name: i for i, b in enumerate(sc.bundles)}
         n = sc.minutes
-        grace = (
-            cfg.grace_period_minutes
-            if cfg.grace_period_minutes is not None
-            else conf.shedding_grace_period_minutes
-        ) * 60
-        threshold = conf.broker_threshold_shedder_percentage
-        overload = conf.broker_overloaded_threshold_percentage
-
-        usage = {b: np.full(n, np.nan) for b in specs}
-        spread, std = np.zeros(n), np.zeros(n)
-        unloaded, moved, osc = np.zeros(n, int), np.zeros(n, int), np.zeros(n, int)
-        over_place, over_unload, overloaded = np.zeros(n, int), np.zeros(n, int), np.zeros(n, int)
-        stale_skips = failovers = 0
-
+        judge = Judge(list(specs), n, cfg, conf)
         alive: set[str] = set()
         placement: dict[str, str] = {}
-        recent: dict[str, float] = {}
-        departures: dict[str, list[tuple[int, str]]] = {}
         reports: list[dict[str, BrokerLoad]] = []
         bundle_data: list[dict[str, BundleLoad]] = []
-        pending_checks: tuple[dict[str, float], float, set[str], set[str]] | None = None
-        cycle = 0
-
-        def view_at(t: int) -> ClusterLoad:
-            idx = max(0, t - cfg.report_delay)
-            seen = {b: reports[idx][b] for b in sorted(alive) if b in reports[idx]}
-            return ClusterLoad(
-                brokers=seen,
-                bundles=bundle_data[idx],
-                recently_unloaded={k: v for k, v in recent.items() if t * 60 - v < grace},
-                timestamp=float(idx * 60),
-            )
-
-        def place(bundle: str, view: ClusterLoad) -> str:
-            candidates = set(view.brokers) or set(alive)
-            if not candidates:
-                raise ValueError(f"scenario {sc.name!r}: no broker alive to place bundle {bundle!r}")
-            if bundle not in view.bundles and view.owner_of(bundle) is None:
-                view = ClusterLoad(
-                    brokers=view.brokers,
-                    bundles={**view.bundles, bundle: self._bundle_load(bundle, 0)},
-                    recently_unloaded=view.recently_unloaded,
-                    timestamp=view.timestamp,
-                )
-            chosen = self.placement.select_broker(candidates, bundle, view, conf)
-            return chosen if chosen is not None else sorted(candidates)[0]
+        self.reports, self.bundle_data = reports, bundle_data  # kept for recording (shedding.reports)
 
         for t in range(n):
-            # membership changes
             changed = False
             for name, spec in specs.items():
                 if spec.join_at == t and name not in alive:
@@ -346,16 +510,20 @@ class Simulator:
                     strategy.on_active_brokers_change(set(alive))
             if not alive:
                 raise ValueError(f"scenario {sc.name!r}: no broker alive at minute {t}")
-            if t == 0:
-                if sc.initial is not None:
-                    placement.update(sc.initial)
+            if t == 0 and sc.initial is not None:
+                placement.update(sc.initial)
             orphans = [b for b, owner in placement.items() if owner not in alive]
             unplaced = [b for b in bundles if b not in placement]
             if orphans or unplaced:
-                view = view_at(t) if reports else self._empty_view(alive, bundle_index, t)
+                if reports:
+                    view = judge.view(t, reports, bundle_data, alive)
+                else:
+                    view = self._empty_view(alive, bundle_index, t)
                 for bundle in sorted(orphans) + unplaced:
-                    placement[bundle] = place(bundle, view)
-                failovers += len(orphans)
+                    placement[bundle] = judge.place(
+                        self.placement, bundle, view, alive, self._bundle_load(bundle, 0)
+                    )
+                judge.failovers += len(orphans)
 
             # actual usage this minute
             rates = self.series[:, t]
@@ -382,77 +550,13 @@ class Simulator:
                     msg_throughput_out=tp / 2,
                     bundles=owned,
                 )
-                usage[name][t] = cpu
             reports.append(report)
             bundle_data.append({b: self._bundle_load(b, t) for b in placement})
-            now_usage = {b: usage[b][t] for b in alive}
-            values = np.array(list(now_usage.values()))
-            spread[t] = float(values.max() - values.min())
-            std[t] = float(values.std())
-            overloaded[t] = int((values > overload).sum())
-            avg_now = _balancing_average(now_usage, report)
+            judge.observe(t, {b: report[b].cpu for b in alive})
+            if t and t % cfg.interval == 0:
+                judge.shed(t, self.shedder, self.placement, placement, alive, reports, bundle_data)
 
-            # judge the previous cycle's moves against what they did
-            if pending_checks is not None:
-                before, avg_before, sources, destinations = pending_checks
-                for broker in destinations & alive:
-                    u0, u1 = before[broker], now_usage[broker]
-                    if (u1 > overload >= u0) or (u1 > avg_now + threshold and u0 <= avg_before + threshold):
-                        over_place[t] += 1
-                for broker in sources & alive:
-                    if before[broker] > avg_before and now_usage[broker] < avg_now - cfg.over_unload_margin:
-                        over_unload[t] += 1
-                pending_checks = None
-
-            if t == 0 or t % cfg.interval:
-                continue
-            cycle += 1
-            view = view_at(t)
-            decisions = self.shedder.find_bundles_for_unloading(view, conf)
-            sources: set[str] = set()
-            destinations: set[str] = set()
-            for broker, chosen in decisions.items():
-                for bundle in chosen:
-                    if placement.get(bundle) != broker or broker not in alive:
-                        stale_skips += 1
-                        continue
-                    unloaded[t] += 1
-                    recent[bundle] = t * 60.0
-                    destination = place(bundle, view)
-                    if destination == broker:
-                        continue
-                    moved[t] += 1
-                    for left_cycle, left in departures.get(bundle, []):
-                        if left == destination and cycle - left_cycle <= cfg.oscillation_window:
-                            osc[t] += 1
-                            break
-                    departures.setdefault(bundle, []).append((cycle, broker))
-                    placement[bundle] = destination
-                    sources.add(broker)
-                    destinations.add(destination)
-            if sources:
-                pending_checks = (dict(now_usage), avg_now, sources, destinations)
-
-        minutes = np.arange(n)
-        converge = self._converge(spread, sc.converge_target, sc.converge_from)
-        return SimResult(
-            scenario=sc.name,
-            strategy=self.combo.name,
-            minutes=minutes,
-            usage=usage,
-            spread=spread,
-            std=std,
-            unloaded=unloaded,
-            moved=moved,
-            oscillations=osc,
-            over_placement=over_place,
-            over_unloading=over_unload,
-            overloaded=overloaded,
-            converge_cycles=converge,
-            stale_skips=stale_skips,
-            failover_placements=failovers,
-            converge_target=sc.converge_target,
-        )
+        return judge.result(sc.name, self.combo.name, sc.converge_target, sc.converge_from)
 
     def _bundle_load(self, bundle: str, t: int) -> BundleLoad:
         i = self._index[bundle]
@@ -479,21 +583,10 @@ class Simulator:
             brokers=zero, bundles={b: self._bundle_load(b, t) for b in bundle_index}, timestamp=t * 60.0
         )
 
-    def _converge(self, spread: np.ndarray, target: float, start: int) -> int | None:
-        k = self.config.converge_cycles * self.config.interval
-        under = spread < target
-        for t in range(start, len(spread) - k + 1):
-            if under[t : t + k].all():
-                return (t - start) // self.config.interval
-        return None
 
-
-def _balancing_average(usage: Mapping[str, float], report: Mapping[str, BrokerLoad]) -> float:
-    """Average over brokers that take part in balancing: those serving bundles, or idle ones below
-    the plain mean. An idle broker busy with another process has no load to give or room to take."""
-    mean = sum(usage.values()) / len(usage)
-    members = [u for b, u in usage.items() if report[b].bundles or u <= mean]
-    return sum(members) / len(members)
+def _mean(usage: Mapping[str, float]) -> float:
+    """The judge's average: every live broker counts the same, whatever any strategy thinks of it."""
+    return sum(usage.values()) / len(usage)
 
 
 def simulate(

@@ -1,7 +1,8 @@
 """Port of the extensible load manager's TransferShedder (PIP-192), with its placement fallback.
 
 Each broker's ``weightedMaxEMA`` and ``msgThroughputEMA`` are advanced once per call, i.e. once per
-load report, as the brokers do when they publish. Pulsar only adds swapped-in traffic to
+load report, as the brokers do when they publish. As upstream, a recently unloaded bundle is never
+picked, neither to unload nor to swap in, and neither is a bundle without throughput. Pulsar only adds swapped-in traffic to
 ``trafficMarkedToGain`` in debug mode; that quirk is kept behind ``debug_mode_enabled``.
 """
 
@@ -114,12 +115,16 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
                     continue
                 if remaining <= 1:
                     break
+                if bundle_tp == 0:
+                    continue  # upstream: "It has zero throughput."
                 swap, swaps, swap_tp = False, [], 0.0
                 if marked - gained + bundle_tp > offload_tp:
                     if transfer:
                         max_new = max_tp - marked + gained - bundle_tp
                         min_new = min_tp + marked - gained + bundle_tp
                         for other, other_tp in min_top:
+                            if other in recent or other_tp == 0:
+                                continue  # not transferable, or nothing to gain from it
                             if max_new + other_tp < max_tp and min_new - other_tp < max_tp:
                                 swaps.append(other)
                                 max_new += other_tp
