@@ -2,7 +2,7 @@
 
 Each component registers its own sub-commands through a ``register(subparsers)`` function in its
 ``commands`` module, so this file stays a thin dispatcher. Errors a user can fix (bad flags, bad
-input) print one line on stderr and exit with code 2.
+input, a missing extra) print one line on stderr and exit with code 2.
 """
 
 from __future__ import annotations
@@ -11,17 +11,74 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+
+from rebalancer import __version__
+from rebalancer._extras import MissingExtraError
 
 EXIT_USAGE = 2
 
-# (sub-command, module with register(subparsers), help)
-_COMPONENTS: tuple[tuple[str, str, str], ...] = (
-    ("pipeline", "rebalancer.pipeline.commands", "the PySpark telemetry pipeline (the main job)"),
-    ("queue", "rebalancer.queue.commands", "the in-process BatchQueue (demo)"),
-    ("shedding", "rebalancer.shedding.commands", "broker load shedding: simulate and compare strategies"),
-    ("consumers", "rebalancer.consumers.commands", "partitioned-queue consumer flows"),
-    ("produce", "rebalancer.produce.commands", "broker-level batching Kafka producer"),
+_DESCRIPTION = """\
+Keep partitioned work balanced, at every level: the Spark tasks of a job, the drain threads of an
+in-process queue, the consumer flows of a partitioned queue, the requests of a Kafka producer, and
+the brokers of a cluster. Each command below is one of those components; run `rebalancer COMPONENT
+--help` for its sub-commands. The main job is `rebalancer pipeline run` (what `make run` does).
+
+examples:
+  rebalancer pipeline run                   # the Spark pipeline on a generated sample, results in out/
+  rebalancer consumers demo                 # a 4th consumer joins a 7-partition queue, step by step
+  rebalancer queue demo --rebalance-ms 500  # a skewed workload through the BatchQueue
+  rebalancer shedding compare --small       # Pulsar's load-shedding strategies against ours
+"""
+
+# (sub-command, module with register(parser), help, one-paragraph description)
+_COMPONENTS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "pipeline",
+        "rebalancer.pipeline.commands",
+        "the Spark telemetry pipeline, with tasks balanced by measured load (the main job)",
+        "A PySpark job that validates telemetry rows and computes per-type metrics with one pandas "
+        "handler per type. Spark's hash partitioning puts hot types together and leaves a few "
+        "straggler tasks; here types are assigned to tasks by their measured row counts instead, "
+        "and hot types are split. `generate` writes a skewed sample; `run` processes it and writes "
+        "metrics, a summary and an HTML report. Needs the 'spark' extra.",
+    ),
+    (
+        "queue",
+        "rebalancer.queue.commands",
+        "the in-process BatchQueue: typed handlers drained by a few threads",
+        "BatchQueue buffers items in partitions that a few drain threads empty in batches, calling "
+        "one handler per item type, never concurrently. With throughput rebalancing on, partitions "
+        "move between drain threads so that every thread carries a similar load. `demo` pushes a "
+        "skewed workload through one and prints its statistics.",
+    ),
+    (
+        "shedding",
+        "rebalancer.shedding.commands",
+        "broker load shedding: simulate a cluster and compare strategies",
+        "A cluster simulator running Apache Pulsar's load-shedding and placement strategies and "
+        "ours, on scenarios such as a hot broker, over-placement and uneven bundles. `simulate` runs "
+        "one strategy on one scenario; `compare` runs them all and prints the measured table. Plots "
+        "need the 'plots' extra.",
+    ),
+    (
+        "consumers",
+        "rebalancer.consumers.commands",
+        "consumer flows on a partitioned queue: holddown, graceful handoff, statuses",
+        "Which consumer flow owns which partition of a partitioned queue, and how that changes when "
+        "flows bind and unbind: a holddown lets the membership settle, then partitions move one at "
+        "a time, each paused until its old owner has acked what it holds. `demo` replays the "
+        "seven-partition example of Solace's documentation, event by event.",
+    ),
+    (
+        "produce",
+        "rebalancer.produce.commands",
+        "a Kafka producer that sends one request per broker, not one per partition",
+        "BatchingProducer lingers at the broker level: everything bound for one broker leaves in "
+        "one ProduceRequest, so a producer writing to many partitions sends far fewer requests. "
+        "`demo` runs it against a local mock Kafka cluster and prints the requests the brokers "
+        "counted. Needs the 'kafka' extra.",
+    ),
 )
 
 
@@ -29,32 +86,94 @@ class UsageError(Exception):
     """A mistake the user can fix; reported in one line with exit code 2."""
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every flag's default, and keeps indented blocks (examples) of a description as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_text = action.help or ""
+        default = action.default
+        if (
+            default is None
+            or isinstance(default, bool)
+            or default is argparse.SUPPRESS
+            or "default" in help_text
+        ):
+            return help_text
+        return super()._get_help_string(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.strip("\n").split("\n\n"):
+            lines = block.splitlines()
+            if len(lines) > 1 and all(line.startswith("  ") for line in lines[1:]):
+                blocks.append("\n".join(indent + line for line in lines))
+            else:
+                blocks.append(super()._fill_text(block, width, indent))
+        return "\n\n".join(blocks)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the error; we print one line and exit 2."""
+    """argparse prints usage plus the error; we print one line and exit 2. Every parser in the tree
+    (sub-parsers inherit the class) shows flag defaults."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="rebalancer", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+def _missing_extra(exc: MissingExtraError) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        raise UsageError(str(exc))
+
+    return handler
+
+
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """Every component's commands. A module that fails to import is an error, except for a missing
+    optional extra: that component stays listed and says which extra to install when used.
+
+    `load` names the components whose commands are imported (None: all of them); the others are
+    listed with their help only, so `rebalancer --help` and `--version` import no Spark or pandas.
+    """
+    parser = OneLineParser(prog="rebalancer", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more logging (-vv for debug); also shows Spark's and the JVM's startup output",
+    )
     sub = parser.add_subparsers(dest="component", metavar="COMPONENT", parser_class=OneLineParser)
     sub.required = True
-    for name, module_name, help_text in _COMPONENTS:
+    for name, module_name, help_text, description in _COMPONENTS:
+        if load is not None and name not in load:
+            sub.add_parser(name, help=help_text, description=description)
+            continue
         try:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
+        except MissingExtraError as exc:
+            component = sub.add_parser(
+                name,
+                help=f"{help_text} [needs: pip install 'rebalancer[{exc.extra}]']",
+                description=description,
+            )
+            component.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            component.set_defaults(func=_missing_extra(exc))
             continue
-        component = sub.add_parser(name, help=help_text, description=help_text)
+        component = sub.add_parser(name, help=help_text, description=description)
         module.register(component)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The top-level options take no values, so the first other word names the component.
+    component = next((word for word in argv if not word.startswith("-")), None)
+    parser = build_parser(load=[component] if component else [])
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -63,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"rebalancer {args.component}: error: a sub-command is required\n")
     try:
         return int(handler(args) or 0)
-    except (UsageError, ValueError, FileNotFoundError) as exc:
+    except (UsageError, ValueError, FileNotFoundError, MissingExtraError) as exc:
         print(f"rebalancer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

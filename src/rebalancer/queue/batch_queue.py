@@ -28,8 +28,14 @@ from rebalancer.queue.stats import BatchQueueStats, RebalanceReport
 log = logging.getLogger(__name__)
 
 
+_PRODUCE_DOC = """Route an item to its partition; False: dropped (IF_POSSIBLE and full, counted) or shut down."""
+
+
 class BatchQueue:
     """Create through `BatchQueueManager.create`; see docs/queue.md for the guarantees."""
+
+    produce: Callable[[object], bool]
+    """Route an item to its partition (the partitions' closure: the hot path, no attribute lookups)."""
 
     def __init__(self, name: str, config: BatchQueueConfig) -> None:
         if not isinstance(name, str) or not name:
@@ -80,7 +86,8 @@ class BatchQueue:
         for _ in range(workers):
             self._workers.append(self._new_worker(len(self._workers)))
         self._grow(partitions)
-        self.produce: Callable[[object], bool] = self._parts.make_produce()  # type: ignore[method-assign]
+        self.produce = self._parts.make_produce()
+        self.produce.__doc__ = _PRODUCE_DOC
         for w in self._workers:
             self._scheduler.start(w)
         self._controller.start()
@@ -147,6 +154,8 @@ class BatchQueue:
             raise ValueError(f"queue {self.name!r} is in single-consumer mode; add_handler is not allowed")
         if not isinstance(item_type, type):
             raise ValueError(f"item_type must be a type, got {item_type!r}")
+        consume: Callable[[list[Any]], object]
+        on_idle: Callable[[], object] | None
         if isinstance(handler, HandlerConsumer):
             consume, on_idle = handler.consume, handler.on_idle
         elif callable(handler):
@@ -173,11 +182,6 @@ class BatchQueue:
                 self._parts.pin(item_type, self._parts.emptiest())  # an empty partition first
             self._dispatch.reindex()
 
-    def produce(self, item: object) -> bool:
-        """Route `item` to its partition. False: dropped (IF_POSSIBLE and full, counted) or shut down.
-
-        Instances replace this method with the partitions' closure (the hot path)."""
-        return self.produce(item)
 
     # ------------------------------------------------------------------ rebalancing and workers
 

@@ -127,12 +127,13 @@ def run_demo(args: argparse.Namespace) -> int:
     per_worker.add_column("worker", justify="right")
     per_worker.add_column("partitions", justify="right")
     per_worker.add_column("items", justify="right")
-    items = list(queue.stats().worker_items_total)
-    for i, n in enumerate(items):
+    taken = list(queue.stats().worker_items_total)
+    for i, n in enumerate(taken):
         per_worker.add_row(str(i), str(sum(1 for o in stats.owners if o == i)), f"{n:,}")
     console.print(per_worker)
-    if items and max(items):
-        console.print(f"worker load ratio (max/mean): {max(items) / (sum(items) / len(items)):.2f}")
+    peak = max(taken, default=0)
+    if peak:
+        console.print(f"worker load ratio (max/mean): {peak * len(taken) / sum(taken):.2f}")
 
     counters = Table(title="counters")
     for col in ("produced", "dispatched", "dropped", "unhandled", "failed", "rejected", "items/s"):

@@ -1,0 +1,53 @@
+"""Optional extras: a component whose third-party packages are missing says which extra installs them.
+
+The core (queue, balance, consumers, shedding without plots) needs only numpy. The rest is split into
+extras so that a user of the BatchQueue does not install Spark:
+
+- ``spark``: the pipeline (pyspark, pandas, pyarrow, and matplotlib for its report);
+- ``kafka``: the batching producer and the mock cluster (aiokafka, confluent-kafka);
+- ``plots``: the shedding plots (matplotlib);
+- ``all``: every extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "spark": ("pyspark", "pandas", "pyarrow", "matplotlib"),
+    "kafka": ("aiokafka", "confluent_kafka"),
+    "plots": ("matplotlib",),
+}
+
+
+class MissingExtraError(ImportError):
+    """A component was imported without the extra that installs its packages."""
+
+    def __init__(self, component: str, extra: str, missing: list[str]) -> None:
+        self.component = component
+        self.extra = extra
+        self.missing = tuple(missing)
+        super().__init__(
+            f"{component} needs {', '.join(missing)}, from the '{extra}' extra: "
+            f"pip install 'rebalancer[{extra}]'",
+            name=missing[0],
+        )
+
+
+def require_extra(component: str, extra: str, modules: tuple[str, ...] | None = None) -> None:
+    """Raise MissingExtraError naming `extra` unless its top-level `modules` are installed.
+
+    find_spec does not import anything, so checking costs microseconds even for pyspark.
+    """
+    if extra not in EXTRAS:
+        raise ValueError(f"extra must be one of {sorted(EXTRAS)}, got {extra!r}")
+    missing = [m for m in (modules or EXTRAS[extra]) if _absent(m)]
+    if missing:
+        raise MissingExtraError(component, extra, missing)
+
+
+def _absent(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a parent that fails to import, or a None in sys.modules
+        return True

@@ -1,0 +1,222 @@
+"""`rebalancer consumers demo`: Solace's seven-partition example, replayed on a timeline.
+
+Three consumer flows share a seven-partition queue; a fourth binds. The holddown lets membership
+settle, then exactly one partition is handed off, paused until its old owner has acked what it holds.
+Every call passes virtual seconds, so the timeline is the same on every run and every machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from rebalancer.consumers import (
+    AccessTypeChanged,
+    Event,
+    FlowChangeUpdate,
+    FlowStandby,
+    FlowUnbound,
+    HandoffAborted,
+    HandoffCompleted,
+    HandoffStarted,
+    PartitionedQueue,
+    PartitionsAssigned,
+    PartitionsRemoved,
+    RebalancePlanned,
+    ScaleStatusChanged,
+    StatusChanged,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """The seed's example by default: 7 partitions, 3 flows, then a 4th."""
+
+    partitions: int = 7
+    flows: int = 3
+    rebalance_delay_s: float = 5.0
+    max_handoff_time_s: float = 3.0
+    unacked: int = 2
+    ack_after_s: float = 1.0
+
+    def validate(self) -> None:
+        for flag, value, minimum in (
+            ("partitions", self.partitions, 1),
+            ("flows", self.flows, 1),
+            ("unacked", self.unacked, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"--{flag} must be an integer >= {minimum}, got {value!r}")
+        for flag, seconds in (
+            ("rebalance-delay", self.rebalance_delay_s),
+            ("max-handoff-time", self.max_handoff_time_s),
+            ("ack-after", self.ack_after_s),
+        ):
+            if not seconds >= 0 or seconds == float("inf"):
+                raise ValueError(f"--{flag} must be a finite number of seconds >= 0, got {seconds!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing the caller did at `at`, the events it caused, and the state afterwards."""
+
+    at: float
+    action: str
+    events: tuple[Event, ...]
+    status: str
+    assignment: dict[Hashable, list[int]]
+
+
+def replay(config: DemoConfig | None = None) -> tuple[list[Step], PartitionedQueue]:
+    """Run the example; every partition holds `unacked` messages when the new flow binds."""
+    config = config or DemoConfig()
+    config.validate()
+    pq = PartitionedQueue(config.partitions, config.rebalance_delay_s, config.max_handoff_time_s)
+    steps: list[Step] = []
+
+    def record(at: float, action: str) -> None:
+        events = tuple(pq.poll(at))
+        steps.append(Step(at, action, events, pq.status, pq.assignment))
+
+    first = [f"c{i + 1}" for i in range(config.flows)]
+    for flow in first:
+        pq.bind(flow, now=0.0)
+    record(0.0, f"{', '.join(first)} bind")
+    now = config.rebalance_delay_s
+    record(now, "the rebalance delay passes")
+    now += 1.0
+    for partition in range(config.partitions):
+        if pq.owner(partition) is not None and config.unacked:
+            pq.delivered(partition, config.unacked, now=now)
+    if config.unacked:
+        record(now, f"each owner receives {config.unacked} messages per partition, not yet acked")
+    now += 1.0
+    newcomer = f"c{config.flows + 1}"
+    pq.bind(newcomer, now=now)
+    record(now, f"{newcomer} binds")
+    now += config.rebalance_delay_s
+    record(now, "the rebalance delay passes")
+    while (handoff := pq.handoff) is not None:
+        held = pq.unacked(handoff.partition)
+        ack_at = max(now, handoff.started_at + config.ack_after_s)
+        if held and ack_at > handoff.deadline:
+            now = handoff.deadline
+            record(
+                now,
+                f"{handoff.from_flow} has not acked partition {handoff.partition} within max-handoff-time",
+            )
+            continue
+        now = ack_at
+        if held:
+            pq.acked(handoff.partition, held, now=now)
+        record(now, f"{handoff.from_flow} acks the {held} messages it holds of partition {handoff.partition}")
+    return steps, pq
+
+
+def describe(event: Event) -> str:
+    """One line per event, in the seed's words."""
+    match event:
+        case StatusChanged(old, new, _):
+            return f"status {old} -> {new}"
+        case ScaleStatusChanged(old, new, _):
+            return f"scale status {old} -> {new}"
+        case AccessTypeChanged(old, new, _):
+            return f"access type {old} -> {new}"
+        case RebalancePlanned(flows, count, handoffs, assigned, _):
+            return (
+                f"rebalance of {count} partitions over {len(flows)} flows: {handoffs} "
+                f"handoff{'s' if handoffs != 1 else ''} (the fewest possible), {assigned} mapped directly"
+            )
+        case PartitionsAssigned(flow, partitions, _):
+            return f"partitions {list(partitions)} mapped to {flow} (no handoff)"
+        case HandoffStarted(partition, from_flow, to_flow, _):
+            return f"handoff starts: partition {partition} {from_flow} -> {to_flow}, paused until {from_flow} acks"
+        case HandoffCompleted(partition, from_flow, to_flow, _, forced, unacked):
+            how = f"forced after max-handoff-time, {unacked} still unacked" if forced else "all acked"
+            return f"handoff done: partition {partition} {from_flow} -> {to_flow} ({how})"
+        case HandoffAborted(partition, from_flow, to_flow, _, reason):
+            return f"handoff aborted: partition {partition} stays with {from_flow} ({reason})"
+        case FlowChangeUpdate(flow, active, _):
+            return f"FlowChangeUpdate: {flow} {'active' if active else 'no longer active'}"
+        case FlowStandby(flow, standby, _):
+            return f"{flow} {'waits on standby' if standby else 'leaves standby'}"
+        case FlowUnbound(flow, partitions, redelivered, _):
+            return f"{flow} unbound from {list(partitions)}; redelivered {sum(redelivered.values())}"
+        case PartitionsRemoved(partitions, unacked, _):
+            return f"partitions {list(partitions)} removed; {sum(unacked.values())} still unacked"
+    raise TypeError(f"unknown event {event!r}")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="consumers_command", metavar="COMMAND", required=True)
+    demo = sub.add_parser(
+        "demo",
+        help="replay Solace's seven-partition example on a timeline",
+        description=(
+            "Replay the example of Solace's partition rebalancing documentation with "
+            "rebalancer.consumers.PartitionedQueue: three consumer flows bind to a seven-partition "
+            "queue and get 3/2/2 partitions after the rebalance delay; a fourth binds, and after "
+            "another delay exactly one partition is handed off, paused until its old owner has "
+            "acked the messages it holds, to reach 2/2/2/1. Time is virtual, so every run prints "
+            "the same timeline."
+        ),
+    )
+    defaults = DemoConfig()
+    demo.add_argument("--partitions", type=int, default=defaults.partitions, help="partitions in the queue")
+    demo.add_argument(
+        "--flows", type=int, default=defaults.flows, help="flows that bind first; one more binds later"
+    )
+    demo.add_argument(
+        "--rebalance-delay",
+        type=float,
+        default=defaults.rebalance_delay_s,
+        help="holddown in seconds before a rebalance starts",
+    )
+    demo.add_argument(
+        "--max-handoff-time",
+        type=float,
+        default=defaults.max_handoff_time_s,
+        help="seconds a handoff waits for acks before it completes by force",
+    )
+    demo.add_argument(
+        "--unacked",
+        type=int,
+        default=defaults.unacked,
+        help="unacked messages each partition holds when the new flow binds",
+    )
+    demo.add_argument(
+        "--ack-after",
+        type=float,
+        default=defaults.ack_after_s,
+        help="seconds the old owner takes to ack; above --max-handoff-time the handoff is forced",
+    )
+    demo.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    config = DemoConfig(
+        args.partitions, args.flows, args.rebalance_delay, args.max_handoff_time, args.unacked, args.ack_after
+    )
+    steps, pq = replay(config)
+    console = Console(highlight=False)
+    console.print(
+        f"[bold]{config.partitions} partitions, {config.flows} consumer flows, then one more[/] "
+        f"(rebalance delay {config.rebalance_delay_s:g} s, max handoff time {config.max_handoff_time_s:g} s)"
+    )
+    for step in steps:
+        console.print(f"\n[bold]{step.at:>6g} s  {step.action}[/]")
+        for event in step.events:
+            at = "" if event.at == step.at else f"(at {event.at:g} s) "
+            console.print(f"          {at}{describe(event)}")
+        owners = "  ".join(f"{flow} {parts}" for flow, parts in step.assignment.items())
+        console.print(f"          [dim]now {step.status}: {owners}[/]")
+    counts = sorted((len(parts) for parts in pq.assignment.values()), reverse=True)
+    plural = "s" if pq.handoff_count != 1 else ""
+    console.print(
+        f"\nbalanced: {'/'.join(map(str, counts))} partitions per flow after {pq.handoff_count} "
+        f"handoff{plural}; standby flows: {', '.join(map(str, pq.standby)) or 'none'}"
+    )
+    return 0

@@ -1,0 +1,177 @@
+"""Installable parts: the wheel, its extras, and the ImportErrors that name a missing extra."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+import rebalancer
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPONENTS = ("balance", "queue", "consumers", "shedding", "pipeline", "produce", "testing", "cli")
+
+# Imports every package an extra brings fail, as on a core-only install (pip install rebalancer).
+BLOCKER = textwrap.dedent("""
+    import sys
+    from importlib.abc import MetaPathFinder
+
+    BLOCKED = {"pyspark", "pandas", "pyarrow", "aiokafka", "confluent_kafka", "matplotlib", "rich",
+               "javaproperties"}
+
+    class Blocker(MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+""")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built from a copy of the sources, so the shared working tree gets no build/ or egg-info."""
+    src = tmp_path_factory.mktemp("sdist")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    out = src / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
+        check=True, capture_output=True, text=True,
+    )
+    (path,) = out.glob("rebalancer-*.whl")
+    return path
+
+
+def test_the_wheel_carries_types_license_and_the_extras(wheel: Path):
+    assert wheel.name == f"rebalancer-{rebalancer.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        info = f"rebalancer-{rebalancer.__version__}.dist-info"
+        metadata = Parser().parsestr(z.read(f"{info}/METADATA").decode())
+        license_text = z.read(f"{info}/licenses/LICENSE").decode()
+    assert "rebalancer/py.typed" in names
+    assert {f"rebalancer/{c}/__init__.py" for c in COMPONENTS if c != "cli"} <= names
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert metadata["License-Expression"] == "Apache-2.0"
+    extras = set(metadata.get_all("Provides-Extra"))
+    assert {"all", "dev", "kafka", "plots", "spark"} <= extras
+    requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
+    assert sorted(r.name for r in requires if r.marker is None) == ["javaproperties", "numpy", "rich"]
+    by_extra = {e: {r.name for r in requires if r.marker is not None and r.marker.evaluate({"extra": e})}
+                for e in ("spark", "kafka", "plots", "all")}
+    assert by_extra["spark"] == {"pyspark", "pandas", "pyarrow", "matplotlib"}
+    assert by_extra["kafka"] == {"aiokafka", "confluent-kafka"}
+    assert by_extra["plots"] == {"matplotlib"}
+    assert by_extra["all"] == {"rebalancer"}
+    (everything,) = [r for r in requires if r.name == "rebalancer"]
+    assert everything.extras == extras - {"all", "dev"}  # [all] is every extra but the developers' tools
+
+
+def test_the_wheel_installs_into_a_fresh_venv_and_imports_every_component(wheel: Path, tmp_path: Path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    # The dependencies come from this venv (offline); a plain path in a .pth, so its own .pth files
+    # (the editable install of the working tree) are not processed and cannot shadow the wheel.
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True, text=True)
+    probe = textwrap.dedent(f"""
+        import importlib, pathlib
+        for name in {COMPONENTS!r}:
+            module = importlib.import_module("rebalancer." + name)
+            assert pathlib.Path(module.__file__).is_relative_to({str(site)!r}), module.__file__
+        import rebalancer
+        print(rebalancer.__version__)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.stdout == f"{rebalancer.__version__}\n"
+    version = subprocess.run([venv / "bin" / "rebalancer", "--version"], check=True, capture_output=True,
+                             text=True, cwd=tmp_path, env=env)
+    assert version.stdout == f"rebalancer {rebalancer.__version__}\n"
+
+
+def test_the_core_needs_only_numpy_and_each_extra_is_named_when_missing():
+    probe = BLOCKER + textwrap.dedent("""
+        from rebalancer._extras import MissingExtraError
+        from rebalancer.balance import plan_rebalance
+        from rebalancer.consumers import PartitionedQueue
+        from rebalancer.queue import BatchQueueConfig, BatchQueueManager, ThreadPolicy
+        from rebalancer.shedding import AvgShedder
+        from rebalancer.shedding.compare import plot_result
+
+        assert sorted(plan_rebalance([5, 3, 2], [0, 0, 0], 2).load_after) == [5, 5]
+        pq = PartitionedQueue(7, rebalance_delay_s=0.0)
+        pq.bind("c1", now=0.0)
+        assert pq.poll(now=0.0) and pq.assignment == {"c1": list(range(7))}
+        seen = []
+        q = BatchQueueManager.create("core-only", BatchQueueConfig(threads=ThreadPolicy.fixed(1)))
+        q.add_handler(int, seen.extend)
+        assert all(q.produce(i) for i in range(100))
+        BatchQueueManager.shutdown("core-only")
+        assert sorted(seen) == list(range(100))
+        AvgShedder()
+
+        for name in ("rebalancer.pipeline", "rebalancer.produce", "rebalancer.testing"):
+            try:
+                __import__(name)
+            except MissingExtraError as exc:
+                print(exc)
+            else:
+                raise AssertionError(name + " imported without its extra")
+        try:
+            plot_result(None, None)
+        except MissingExtraError as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "rebalancer.pipeline needs pyspark, pandas, pyarrow, matplotlib, from the 'spark' extra: "
+        "pip install 'rebalancer[spark]'",
+        "rebalancer.produce needs aiokafka, from the 'kafka' extra: pip install 'rebalancer[kafka]'",
+        "rebalancer.testing needs confluent_kafka, from the 'kafka' extra: pip install 'rebalancer[kafka]'",
+        "rebalancer.shedding plots needs matplotlib, from the 'plots' extra: pip install 'rebalancer[plots]'",
+    ]
+
+
+@pytest.mark.parametrize(("component", "blocked", "extra"), [
+    ("rebalancer.pipeline", "pandas", "spark"),
+    ("rebalancer.produce", "aiokafka", "kafka"),
+    ("rebalancer.testing", "confluent_kafka", "kafka"),
+])
+def test_a_missing_extra_is_an_import_error_naming_it(monkeypatch, component, blocked, extra):
+    from rebalancer._extras import MissingExtraError
+
+    for name in [m for m in sys.modules if m == component or m.startswith(component + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, blocked, None)
+    with pytest.raises(ImportError) as error:
+        __import__(component)
+    assert isinstance(error.value, MissingExtraError)
+    assert error.value.name == blocked and error.value.extra == extra
+    assert str(error.value) == (
+        f"{component} needs {blocked}, from the '{extra}' extra: pip install 'rebalancer[{extra}]'"
+    )
+
+
+def test_an_unknown_extra_is_a_value_error():
+    from rebalancer._extras import require_extra
+
+    with pytest.raises(ValueError, match="extra must be one of \\['kafka', 'plots', 'spark'\\], got 'sparks'"):
+        require_extra("x", "sparks")
