@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest_pg import pg_connect, pg_schema, postgres  # noqa: F401  (the PostgreSQL sink's fixtures)
+from kafka_fixtures import kafka_cluster, kafka_topic  # noqa: F401  (the Kafka source's mock cluster)
 from pipeline_data import write_dataset
 
 

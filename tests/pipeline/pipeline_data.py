@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -50,13 +51,25 @@ def write_dataset(root: Path) -> tuple[Path, pd.DataFrame]:
     return root, good
 
 
+def instant(text: str) -> pd.Timestamp:
+    """A contract timestamp as a UTC instant: epoch milliseconds, or ISO-8601 (no offset means UTC).
+
+    One string at a time: `pd.to_datetime` over a mix of offset and naive strings wraps some
+    around (1677-09-21T00:13 became 2262-04-11T10:02).
+    """
+    if re.fullmatch(r"-?\d+", text.strip()):
+        return pd.Timestamp(int(text), unit="ms", tz="UTC")
+    stamp = pd.Timestamp(text)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def _exact_key(name: str) -> str:
+    return name.encode("utf-8", "surrogatepass").hex()
+
+
 def reference_metrics(good: pd.DataFrame) -> pd.DataFrame:
     """Independent of the pipeline: pandas parsing and grouping, numpy's default quantiles."""
-    ts = good["ts"].astype(str)
-    is_epoch = ts.str.fullmatch(r"-?\d+")
-    parsed = pd.Series(pd.NaT, index=good.index, dtype="datetime64[ns, UTC]")
-    parsed[is_epoch] = pd.to_datetime(ts[is_epoch].astype("int64"), unit="ms", utc=True)
-    parsed[~is_epoch] = pd.to_datetime(ts[~is_epoch], utc=True, format="ISO8601")
+    parsed = pd.Series([instant(str(text)) for text in good["ts"]], index=good.index, dtype="datetime64[ns, UTC]")
     frame = pd.DataFrame(
         {
             "type": good["type"],
@@ -65,14 +78,17 @@ def reference_metrics(good: pd.DataFrame) -> pd.DataFrame:
             "value": good["value"].astype("float64"),
         }
     )
+    # Grouped on the UTF-8 bytes: pandas' own string hashing stops at a NUL ("x" == "x\x00" to it).
+    frame["type_key"] = frame["type"].map(_exact_key)
+    frame["entity_key"] = frame["entity"].map(_exact_key)
     rows = []
-    for (type_name, entity, minute), group in frame.groupby(["type", "entity", "minute"], sort=True):
+    for _keys, group in frame.groupby(["type_key", "entity_key", "minute"], sort=True):
         values = group["value"].to_numpy()
         rows.append(
             {
-                "type": type_name,
-                "entity": entity,
-                "minute": minute,
+                "type": group["type"].iloc[0],
+                "entity": group["entity"].iloc[0],
+                "minute": group["minute"].iloc[0],
                 "count": len(values),
                 "sum": values.sum(),
                 "min": values.min(),

@@ -13,7 +13,7 @@ from pipeline_data import EXPECTED_REASONS, read_metrics, reference_metrics
 from rebalancer.pipeline.batch import count_input, run_batch
 from rebalancer.pipeline.dispatch import SLOT_KEY, dispatch
 from rebalancer.pipeline.ingest import accepted_rows, classify, inspect_input, read_raw
-from rebalancer.pipeline.slots import SHARD_SEPARATOR, make_plan, plan_items, with_slot_key
+from rebalancer.pipeline.slots import Item, make_plan, plan_items, with_slot_key
 
 pytestmark = pytest.mark.spark
 PARTITIONS = 4
@@ -138,10 +138,7 @@ def test_weighted_dispatch_has_one_exchange_and_exact_slots(spark, dataset):
         .collect()
     )
     for type_name, bucket, pid in placed:
-        if type_name in plan.sharded:
-            item = f"{type_name}{SHARD_SEPARATOR}{plan.shard_of[type_name][bucket]}"
-        else:
-            item = type_name
+        item = Item(type_name, plan.shard_of[type_name][bucket]) if type_name in plan.sharded else Item(type_name)
         assert plan.owner[item] == pid, (item, pid)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from rebalancer.pipeline.generate import GenerateConfig, make_frame, type_weights
 from rebalancer.pipeline.handler import aggregate
-from rebalancer.pipeline.slots import make_plan, murmur3_int, partition_keys, plan_items
+from rebalancer.pipeline.slots import Item, make_plan, murmur3_int, partition_keys, plan_items
 
 
 def _frame(n: int, seed: int) -> pd.DataFrame:
@@ -52,6 +52,27 @@ def test_aggregate_single_row_and_empty():
     assert aggregate(pd.DataFrame({"type": [], "entity": [], "minute": [], "value": []})).empty
 
 
+def test_aggregate_keeps_names_that_differ_after_a_nul_apart():
+    """pandas' hash table stops at NUL: "x" and "x\x00" were one group."""
+    frame = pd.DataFrame(
+        {
+            "type": ["x", "x\x00", "x\x00", "x", "x\x00a", "x\x00b"],
+            "entity": ["e", "e", "e\x00", "e", "e", "e"],
+            "minute": [0] * 6,
+            "value": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        }
+    )
+    out = aggregate(frame)
+    got = {(row.type, row.entity): (row.count, row.sum) for row in out.itertuples(index=False)}
+    assert got == {
+        ("x", "e"): (2, 5.0),
+        ("x\x00", "e"): (1, 2.0),
+        ("x\x00", "e\x00"): (1, 3.0),
+        ("x\x00a", "e"): (1, 5.0),
+        ("x\x00b", "e"): (1, 6.0),
+    }
+
+
 def test_partition_keys_land_on_their_slot():
     for n in (1, 2, 4, 16, 64):
         keys = partition_keys(n)
@@ -75,9 +96,9 @@ def test_heavy_types_are_split_into_entity_shards():
     items, sharded, shard_of = plan_items(type_counts, buckets, 4)  # bound 250: only "hot" is over it
     assert sharded == ["hot"]
     # 700 rows need ceil(700 / 250) = 3 shards: the 7 buckets are packed into 3, not 7 items.
-    assert set(items) == {"warm", "cold", "hot#0", "hot#1", "hot#2"}
+    assert set(items) == {Item("warm"), Item("cold"), Item("hot", 0), Item("hot", 1), Item("hot", 2)}
     assert sorted(shard_of["hot"]) == list(range(7)) and set(shard_of["hot"].values()) == {0, 1, 2}
-    assert sorted(items[f"hot#{s}"] for s in range(3)) == [200, 200, 300]
+    assert sorted(items[Item("hot", s)] for s in range(3)) == [200, 200, 300]
     plan = make_plan(items, sharded, 4, shard_of=shard_of)
     assert sum(plan.load_after) == 1000
     assert max(plan.load_after) <= 300

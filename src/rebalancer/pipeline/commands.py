@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ from rebalancer.pipeline.generate import FORMATS, GenerateConfig
 
 DEFAULT_INPUT = Path("data/telemetry")
 DEFAULT_OUTPUT = Path("out")
+# Tasks of the demo whatever the cores: at 2 (a laptop's default parallelism) hash placement barely skews.
+DEFAULT_PARTITIONS = 16
 # `make run` without --input: big enough to show the skew, small enough to finish in seconds.
 DEFAULT_SAMPLE = GenerateConfig(events=300_000, types=400, skew=1.1, entities=200, bad_rate=0.001, files=4)
 
@@ -21,25 +23,80 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="pipeline_command", metavar="COMMAND")
     sub.required = True
 
-    gen = sub.add_parser("generate", help="write synthetic skewed telemetry")
-    gen.add_argument("--out", required=True, type=Path, help="directory to write the files into")
-    gen.add_argument("--events", type=int, default=GenerateConfig.events)
-    gen.add_argument("--types", type=int, default=GenerateConfig.types)
+    gen = sub.add_parser(
+        "generate",
+        help="write synthetic skewed telemetry",
+        description="Write synthetic telemetry rows (ts, type, entity, value) whose per-type volumes "
+        "follow a Zipf law, so that a few types hold most rows: the skew that leaves Spark's hash "
+        "partitioning with straggler tasks. A small share of rows is deliberately bad, to exercise "
+        "the quarantine. Reproducible: the same --seed writes the same files.",
+    )
+    gen.add_argument(
+        "--out", "--output", dest="out", required=True, type=Path, help="directory to write the files into"
+    )
+    gen.add_argument("--events", type=int, default=GenerateConfig.events, help="rows to write")
+    gen.add_argument(
+        "--types", type=int, default=GenerateConfig.types, help="distinct values of the type column"
+    )
     gen.add_argument("--skew", type=float, default=GenerateConfig.skew, help="Zipf exponent of type volumes")
-    gen.add_argument("--entities", type=int, default=GenerateConfig.entities)
+    gen.add_argument(
+        "--entities", type=int, default=GenerateConfig.entities, help="distinct entities per type"
+    )
     gen.add_argument("--bad-rate", type=float, default=GenerateConfig.bad_rate, help="share of bad rows")
-    gen.add_argument("--seed", type=int, default=GenerateConfig.seed)
-    gen.add_argument("--format", choices=FORMATS, default=GenerateConfig.format)
+    gen.add_argument("--seed", type=int, default=GenerateConfig.seed, help="random seed")
+    gen.add_argument("--format", choices=FORMATS, default=GenerateConfig.format, help="file format to write")
     gen.add_argument("--minutes", type=int, default=GenerateConfig.minutes, help="time span of the events")
     gen.add_argument("--files", type=int, default=GenerateConfig.files, help="files to split the events into")
     gen.set_defaults(func=cmd_generate)
 
-    run = sub.add_parser("run", help="run the pipeline (batch, or --stream)")
-    run.add_argument("--input", type=Path, default=None, help=f"file or directory (default: a sample in {DEFAULT_INPUT})")
-    run.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    run = sub.add_parser(
+        "run",
+        help="run the pipeline (batch, or --stream)",
+        description="Read telemetry rows with the columns ts (ISO-8601 or epoch milliseconds), type, "
+        "entity and value from Parquet, CSV or JSON Lines; send bad rows to OUTPUT/quarantine/ with a "
+        "reason; compute count, sum, min, max, mean and percentiles per type, entity and minute into "
+        "OUTPUT/metrics/, with one pandas handler per type. Weighted partitioning assigns types to "
+        "Spark tasks by their measured row counts (and splits hot types); hash is Spark's own "
+        "placement. Writes OUTPUT/summary.json, OUTPUT/plan.json and OUTPUT/report.html. Without "
+        "--input it generates a sample first. See docs/pipeline.md.",
+    )
+    run.add_argument(
+        "--input",
+        type=_input_argument,
+        default=None,
+        help=f"file or directory of Parquet, CSV or JSON Lines with columns ts, type, entity, value, found by name "
+        f"(or kafka://HOST:PORT/TOPIC, or kafka://embedded/TOPIC: an in-process mock cluster fed a sample) "
+        f"(see --columns); ts is ISO-8601 or epoch milliseconds, and timestamps without an offset are UTC "
+        f"(default: a sample in {DEFAULT_INPUT})",
+    )
+    run.add_argument(
+        "--columns",
+        default=None,
+        metavar="NAME=SOURCE,...",
+        help="the input's own names for the columns, e.g. ts=event_time,type=metric,entity=host,value=v "
+        "(unmapped columns keep their names)",
+    )
+    run.add_argument(
+        "--out",
+        "--output",
+        dest="output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help="directory for metrics, quarantine, summary.json, plan.json and report.html",
+    )
     run.add_argument("--format", choices=FORMATS, default=None, help="input format (default: by extension)")
-    run.add_argument("--partitioning", choices=("weighted", "hash"), default="weighted")
-    run.add_argument("--partitions", type=int, default=None, help="dispatch tasks (default: Spark's cores)")
+    run.add_argument(
+        "--partitioning",
+        choices=("weighted", "hash"),
+        default="weighted",
+        help="weighted: types placed on tasks by measured load; hash: Spark's hash placement",
+    )
+    run.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="Spark tasks the work is spread over, hash or weighted (the same on any machine, enough to show skew)",
+    )
     run.add_argument("--master", default=None, help="Spark master URL (default: local[*], or spark-submit's)")
     run.add_argument("--stream", action="store_true", help="Structured Streaming over the input directory")
     run.add_argument("--rebalance-every", type=int, default=5, help="re-plan every N micro-batches")
@@ -49,11 +106,29 @@ def register(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     run.add_argument("--checkpoint", type=Path, default=None, help="default: OUTPUT/_checkpoint")
     run.add_argument(
-        "--group-cost", type=int, default=0,
+        "--group-cost",
+        type=int,
+        default=0,
         help="weighted: rows-equivalent cost of one handler call added to every planned item (default 0: rows only)",
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
+    run.add_argument(
+        "--sink",
+        default=None,
+        metavar="postgresql://USER:PASSWORD@HOST:PORT/DB",
+        help="also upsert metrics and quarantine into PostgreSQL (idempotent; exactly once per stream batch)",
+    )
+    run.add_argument("--sink-schema", default="rebalancer", help="the PostgreSQL schema for --sink's tables")
     run.set_defaults(func=cmd_run)
+
+    from rebalancer.pipeline.kafka.telemetry import add_produce_parser
+
+    add_produce_parser(sub, DEFAULT_SAMPLE)
+
+
+def _input_argument(text: str) -> Path | str:
+    """A path, or a kafka:// URL kept as written (a Path would fold its //)."""
+    return text if text.lower().startswith("kafka://") else Path(text)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -92,7 +167,14 @@ def _stages(console: Any) -> Iterator[Callable[[str], None]]:
     """A progress line per stage: the current one spins, finished ones show their time."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+    # Transient: the summary lists every stage's seconds, labelled, once the run is over.
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         current: list[Any] = []
 
         def step(stage: str) -> None:
@@ -108,32 +190,65 @@ def _stages(console: Any) -> Iterator[Callable[[str], None]]:
 
 
 def _print_summary(console: Any, summary: dict[str, Any]) -> None:
+    """This run against Spark's hash placement, the files written, and where the report is."""
     from rich.table import Table
 
+    from rebalancer.pipeline.report import format_skew
+
+    out = Path(summary["output"])
     table = Table(title="rebalancer pipeline", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
+    quarantined = f"{summary['quarantined']:,}"
+    if summary["quarantined"]:
+        quarantined += "  (" + ", ".join(f"{k} {v:,}" for k, v in summary["quarantine_reasons"].items()) + ")"
     rows = [
+        ("input", summary["input"]),
         ("partitioning", f"{summary['partitioning']} over {summary['partitions']} tasks"),
-        ("ingested", f"{summary['ingested']:,}"),
+        ("rows ingested", f"{summary['ingested']:,}"),
         ("accepted", f"{summary['accepted']:,}"),
-        ("quarantined", f"{summary['quarantined']:,}" + (f"  {summary['quarantine_reasons']}" if summary["quarantined"] else "")),
+        ("quarantined", quarantined),
         ("types", str(summary["types"])),
-        ("skew (max/median task rows)", str(summary.get("skew_ratio"))),
-        ("elapsed", f"{summary['elapsed_s']:.2f} s"),
-        ("output", summary["output"]),
     ]
     if "batches" in summary:
-        rows.insert(1, ("micro-batches", str(summary["batches"])))
+        rows.insert(2, ("micro-batches", str(summary["batches"])))
+    if summary.get("hash_load"):
+        ours = f"this run ({summary['partitioning']})"
+        rows += [
+            (
+                "skew, max/median task rows",
+                f"{format_skew(summary['skew_ratio'])} {ours}, {format_skew(summary['hash_skew_ratio'])} with Spark's hash",
+            ),
+            (
+                "largest task, rows",
+                f"{max(summary['planned_load']):,} planned, {max(summary['hash_load']):,} with Spark's hash",
+            ),
+        ]
+    else:
+        rows.append(("skew, max/median task rows", format_skew(summary.get("skew_ratio"))))
+    stages = ", ".join(
+        f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()
+    )
+    rows.append(("elapsed", f"{summary['elapsed_s']:.1f} s" + (f"  ({stages})" if stages else "")))
+    names = ("metrics", "quarantine", "summary.json", "plan.json", "report.html")
+    files = [f"{out / name}{'/' if (out / name).is_dir() else ''}" for name in names if (out / name).exists()]
+    rows.append(("files written", "\n".join(files)))
+    if summary.get("sink"):
+        from rebalancer.pipeline.sinks.outputs import describe
+
+        rows.append(("database", describe(summary["sink"])))
     for what, value in rows:
         table.add_row(what, value)
     console.print(table)
+    report = out / "report.html"
+    if report.exists():
+        console.print(f"report: {report}  (open it in a browser)", highlight=False)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from rebalancer.pipeline.ingest import inspect_input
+    from rebalancer.pipeline.ingest import check_output, inspect_input, parse_columns
 
     if args.partitions is not None and args.partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {args.partitions}")
@@ -147,9 +262,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             with console.status(f"generating a sample into {input_path}"):
                 generate(DEFAULT_SAMPLE, input_path)
+            console.print(
+                f"generated a sample: {DEFAULT_SAMPLE.events:,} events over {DEFAULT_SAMPLE.types} types "
+                f"(Zipf {DEFAULT_SAMPLE.skew:g}) in {input_path}/"
+            )
     else:
         input_path = args.input
-    spec = inspect_input(input_path, args.format)
+    if isinstance(input_path, str):
+        from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
+
+        if args.format is not None:
+            raise ValueError(f"format: a kafka:// input holds JSON values, --format {args.format} is for files")
+        spec = parse_kafka_url(input_path, parse_columns(args.columns) if args.columns else None)
+    else:
+        spec = inspect_input(input_path, args.format, parse_columns(args.columns) if args.columns else None)
+    checkpoint = (args.checkpoint or args.output / "_checkpoint") if args.stream else None
+    check_output(args.output, spec, checkpoint)
+    from rebalancer.pipeline.sinks import open_sink, prepare_sink
+
+    sink = open_sink(
+        args.sink, args.sink_schema
+    )  # before Spark: an unreachable server or a bad login fails fast
 
     from pyspark.sql import SparkSession
 
@@ -158,13 +291,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Stop the session at the end only if this command started it (not spark-submit's, not a caller's).
     owns_session = SparkSession.getActiveSession() is None and session_master(args.master) is not None
     with console.status("starting Spark"):
-        spark = build_session(master=session_master(args.master))
+        spark = build_session(master=session_master(args.master), quiet=not getattr(args, "verbose", 0))
+    embedded = ExitStack()
     try:
+        if getattr(spec, "embedded", False):
+            from rebalancer.pipeline.kafka.telemetry import embedded_input
+
+            with console.status(f"starting an embedded Kafka cluster and producing a sample to {spec.topic}"):
+                spec = embedded.enter_context(embedded_input(spec, DEFAULT_SAMPLE))
+        if sink is not None:
+            # A table with other columns fails here, before any work.
+            prepare_sink(sink, spark, stream=args.stream)
         if args.stream:
             from rebalancer.pipeline.stream import StreamConfig, run_stream
 
             config = StreamConfig(
-                partitions=args.partitions or spark.sparkContext.defaultParallelism,
+                partitions=args.partitions,
                 partitioning=args.partitioning,
                 rebalance_every=args.rebalance_every,
                 max_moves=args.max_moves,
@@ -174,7 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 checkpoint=args.checkpoint,
             )
             with console.status("streaming (Ctrl-C stops cleanly)"):
-                summary = run_stream(spark, spec, args.output, config)
+                summary = run_stream(spark, spec, args.output, config, sink=sink)
         else:
             from rebalancer.pipeline.batch import run_batch
 
@@ -188,8 +330,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     progress=step,
                     report=not args.no_report,
                     group_cost=args.group_cost,
+                    sink=sink,
                 )
     finally:
+        embedded.close()
         if owns_session:
             spark.stop()
     _print_summary(console, summary)

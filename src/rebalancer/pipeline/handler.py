@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 METRIC_COLUMNS = ("type", "entity", "minute", "count", "sum", "min", "max", "mean", "p50", "p90", "p99")
@@ -31,6 +32,23 @@ def _lerp(low: np.ndarray, high: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
+def factorize_exact(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) like `pd.factorize`, but exact for every string.
+
+    pandas' object hash table treats strings that differ only after a NUL ("x" and "x\x00") as
+    equal, which would merge two types. Its answer is checked (one vectorised comparison) and, when
+    wrong, replaced by Arrow's dictionary encoding, which compares whole strings.
+    """
+    codes, uniques = pd.factorize(values, sort=False)
+    names = np.asarray(uniques, dtype=object)
+    original = values.to_numpy(dtype=object)
+    if len(original) and not (names[codes] == original).all():
+        encoded = pa.array(original, type=pa.string()).dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        names = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
+    return codes, names
+
+
 def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """Metrics per (type, entity, minute) over `frame` (columns type, entity, minute, value).
 
@@ -39,8 +57,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """
     if frame.empty:
         return pd.DataFrame({name: [] for name in METRIC_COLUMNS})
-    type_codes, type_names = pd.factorize(frame["type"], sort=False)
-    entity_codes, entity_names = pd.factorize(frame["entity"], sort=False)
+    type_codes, type_names = factorize_exact(frame["type"])
+    entity_codes, entity_names = factorize_exact(frame["entity"])
     minutes = frame["minute"].to_numpy(dtype=np.int64)
     values = frame["value"].to_numpy(dtype=np.float64)
     order = np.lexsort((values, minutes, entity_codes, type_codes))
@@ -51,13 +69,15 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     n = len(v_sorted)
     change = np.empty(n, dtype=bool)
     change[0] = True
-    change[1:] = (t_sorted[1:] != t_sorted[:-1]) | (e_sorted[1:] != e_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])
+    change[1:] = (
+        (t_sorted[1:] != t_sorted[:-1]) | (e_sorted[1:] != e_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])
+    )
     starts = np.flatnonzero(change)
     counts = np.diff(np.append(starts, n))
     sums = np.add.reduceat(v_sorted, starts)
     result: dict[str, Any] = {
-        "type": np.asarray(type_names, dtype=object)[t_sorted[starts]],
-        "entity": np.asarray(entity_names, dtype=object)[e_sorted[starts]],
+        "type": type_names[t_sorted[starts]],
+        "entity": entity_names[e_sorted[starts]],
         "minute": m_sorted[starts],
         "count": counts.astype(np.int64),
         "sum": sums,
@@ -90,7 +110,13 @@ class TaskStatsParam(AccumulatorParam):
         for pid, (rows, start, end, busy, groups) in value2.items():
             if pid in value1:
                 old = value1[pid]
-                value1[pid] = [old[0] + rows, min(old[1], start), max(old[2], end), old[3] + busy, old[4] + groups]
+                value1[pid] = [
+                    old[0] + rows,
+                    min(old[1], start),
+                    max(old[2], end),
+                    old[3] + busy,
+                    old[4] + groups,
+                ]
             else:
                 value1[pid] = [rows, start, end, busy, groups]
         return value1

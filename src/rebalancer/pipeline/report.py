@@ -11,6 +11,11 @@ from typing import Any
 from rebalancer.pipeline.slots import SlotPlan
 
 
+def format_skew(ratio: float | None) -> str:
+    """max/median task rows, two decimals; None means the median task had no rows."""
+    return "n/a (the median task is empty)" if ratio is None else f"{ratio:.2f}"
+
+
 def _png(figure: Any) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
@@ -37,33 +42,47 @@ def _bars(series: list[tuple[str, list[float]]], title: str, ylabel: str) -> str
     ticks = np.arange(0, count, step)
     axis.set_xticks(ticks + width * (len(series) - 1) / 2, [str(t) for t in ticks])
     axis.set_title(title)
-    axis.set_xlabel("task (slot)")
+    axis.set_xlabel("Spark task")
     axis.set_ylabel(ylabel)
     axis.legend()
     return _png(figure)
 
 
-def _hbars(labels: list[str], values: list[float], title: str) -> str:
+def _hbars(labels: list[str], values: list[float], title: str, xlabel: str, log: bool = False) -> str:
+    """Horizontal bars, each labelled with its value; `log` keeps a few hundred rows visible next to
+    hundreds of thousands."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(8, max(2.0, 0.28 * len(labels) + 0.8)))
-    axis.barh(labels[::-1], values[::-1], color="#c0504d")
+    bars = axis.barh(labels[::-1], values[::-1], color="#c0504d")
+    axis.bar_label(bars, labels=[f"{v:,.0f}" for v in values[::-1]], padding=3, fontsize=8)
+    if log:
+        axis.set_xscale("log")
+        axis.set_xlim(left=1, right=max([*values, 1]) * 8)
+    else:
+        axis.set_xlim(right=max([*values, 1]) * 1.15)
     axis.set_title(title)
+    axis.set_xlabel(xlabel)
     return _png(figure)
 
 
 def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None) -> str:
     charts: list[tuple[str, str]] = []
     after_label = f"{summary['partitioning']} (this run)"
+    hash_skew = format_skew(summary.get("hash_skew_ratio"))
+    our_skew = format_skew(summary["skew_ratio"])
     charts.append(
         (
-            "Rows per task",
+            f"Rows per task: Spark's hash placement (skew {hash_skew}) vs this run (skew {our_skew})",
             _bars(
-                [("hash placement (before)", summary["hash_load"]), (after_label, summary["task_rows"])],
-                "Rows per task: Spark's hash placement vs this run",
+                [
+                    (f"Spark's hash placement, skew {hash_skew}", summary["hash_load"]),
+                    (f"{after_label}, skew {our_skew}", summary["task_rows"]),
+                ],
+                "Rows per task (skew = largest task's rows / median task's rows)",
                 "rows",
             ),
         )
@@ -72,23 +91,40 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
     if previous and len(previous.get("task_seconds", [])) == len(summary["task_seconds"]):
         seconds.append((f"{previous.get('partitioning')} (previous run)", previous["task_seconds"]))
     seconds.append((after_label, summary["task_seconds"]))
-    charts.append(("Seconds per task", _bars(seconds, "Handler seconds per task", "seconds")))
+    charts.append(("Seconds per task", _bars(seconds, "Seconds each task spent in the handlers", "seconds")))
     top = summary["top_types"]
-    charts.append(("Top hot types", _hbars(list(top), list(top.values()), "Accepted rows of the hottest types")))
+    charts.append(
+        ("The hottest types", _hbars(list(top), list(top.values()), "Rows of the hottest types", "rows"))
+    )
     count_labels = ["ingested", "accepted", "quarantined", *summary["quarantine_reasons"]]
     count_values = [summary["ingested"], summary["accepted"], summary["quarantined"]]
     count_values += list(summary["quarantine_reasons"].values())
-    charts.append(("Counts", _hbars(count_labels, count_values, "Rows ingested, accepted and quarantined")))
+    charts.append(
+        (
+            "Counts",
+            _hbars(
+                count_labels,
+                count_values,
+                "Rows ingested, accepted and quarantined (by reason)",
+                "rows (log scale)",
+                log=True,
+            ),
+        )
+    )
 
     rows = [
         ("input", summary["input"]),
         ("partitioning", summary["partitioning"]),
         ("partitions", summary["partitions"]),
-        ("ingested / accepted / quarantined", f"{summary['ingested']} / {summary['accepted']} / {summary['quarantined']}"),
+        (
+            "ingested / accepted / quarantined",
+            f"{summary['ingested']} / {summary['accepted']} / {summary['quarantined']}",
+        ),
         ("types (sharded)", f"{summary['types']} ({', '.join(summary['sharded_types']) or 'none'})"),
-        ("skew ratio (max/median task rows)", summary["skew_ratio"]),
-        ("elapsed", f"{summary['elapsed_s']} s"),
-        ("plan moves", len(plan.moves)),
+        ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
+        ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
+        ("plan", _plan_line(plan)),
+        ("rebalancer version, finished at", f"{summary.get('version')}, {summary.get('finished_at')}"),
     ]
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     figures = "".join(
@@ -99,11 +135,29 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebalancer pipeline report</title>"
         "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
         "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
-        f"<h1>rebalancer pipeline report</h1><table>{table}</table>{figures}</body></html>\n"
+        f"<h1>rebalancer pipeline report</h1><p>{html.escape(_intro(summary))}</p>"
+        f"<table>{table}</table>{figures}</body></html>\n"
     )
 
 
-def write_report(path: Path, summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None) -> None:
+def _intro(summary: dict[str, Any]) -> str:
+    return (
+        f"The charts compare how many rows each of the {summary['partitions']} Spark tasks processed under "
+        "Spark's hash placement of types and under this run's placement, then the seconds each task spent, "
+        "the hottest types, and how many rows were accepted or quarantined."
+    )
+
+
+def _plan_line(plan: SlotPlan) -> str:
+    placed = sum(1 for _, old, _ in plan.moves if old < 0)
+    moved = len(plan.moves) - placed
+    line = f"{placed} new items placed, {moved} moved between tasks"
+    return line + (f" (moves skipped: {plan.skipped})" if plan.skipped else "")
+
+
+def write_report(
+    path: Path, summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None
+) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(render_report(summary, plan, previous))
     tmp.replace(path)

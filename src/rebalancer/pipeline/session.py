@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# What the pipeline's outputs mean depends on these, so a run pins them whatever session it is given:
+# text timestamps without an offset are UTC, `date` partitions are UTC days, and Parquet timestamps are
+# INT64 microseconds (INT96 is read wrongly by pandas and pyarrow outside 1677-2262) in the proleptic
+# Gregorian calendar every reader uses.
+PIPELINE_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+}
 
 
 def build_session(
@@ -15,8 +27,13 @@ def build_session(
     app_name: str = "rebalancer",
     shuffle_partitions: int | None = None,
     ui: bool = False,
+    quiet: bool = False,
 ) -> SparkSession:
-    """A session whose Python workers run this interpreter; `master=None` defers to spark-submit."""
+    """A session whose Python workers run this interpreter; `master=None` defers to spark-submit.
+
+    `quiet` silences Spark's and the JVM's startup output when this call starts the JVM (see
+    `rebalancer.pipeline.quiet`); errors still reach stderr.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -24,9 +41,10 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    for key, value in PIPELINE_CONF.items():
+        builder = builder.config(key, value)
     builder = (
         builder.config("spark.ui.enabled", "true" if ui else "false")
-        .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", os.environ.get("REBALANCER_DRIVER_MEMORY", "4g"))
         .config("spark.ui.showConsoleProgress", "false")
@@ -36,9 +54,39 @@ def build_session(
         shuffle_partitions = 2 * _local_cores(master)
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    session = builder.getOrCreate()
+    from pyspark import SparkContext
+
+    starts_jvm = (
+        quiet and SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    )
+    startup: AbstractContextManager[None] = nullcontext()
+    if starts_jvm:
+        from rebalancer.pipeline.quiet import jvm_stderr_filtered, quiet_java_options
+
+        if master and master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback"
+        builder = builder.config("spark.driver.extraJavaOptions", quiet_java_options())
+        startup = jvm_stderr_filtered()
+    with startup:
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextmanager
+def pipeline_conf(spark: SparkSession) -> Iterator[None]:
+    """PIPELINE_CONF on `spark` for the duration; a caller's own settings come back afterwards."""
+    saved = {key: spark.conf.get(key, None) for key in PIPELINE_CONF}
+    for key, value in PIPELINE_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _local_cores(master: str) -> int:

@@ -1,8 +1,10 @@
 """Throughput-weighted slot plans for the grouped-map stage, and the keys that make Spark obey them.
 
-Items are types, or for a type heavier than total/slots, its entity shards (`type#bucket`, where
-bucket = pmod(hash(entity), SHARD_BUCKETS)). Groups (type, entity, minute) never span two shards,
-so a split type still aggregates exactly.
+Items are types, or for a type heavier than total/slots, its entity shards: an `Item` is the pair
+(type, shard), with shard WHOLE for an unsplit type, so a shard never shares a namespace with type
+names (a real type called `x#1` is not shard 1 of `x`). A shard holds entity buckets, bucket =
+pmod(hash(entity), SHARD_BUCKETS). Groups (type, entity, minute) never span two shards, so a split
+type still aggregates exactly.
 
 Spark's hash partitioner sends a row to pmod(murmur3(key), n). For each slot we pick an int key that
 lands exactly there; a `repartition(n, key)` then realises the plan with one shuffle and one task per
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHARD_BUCKETS = 64
-SHARD_SEPARATOR = "#"
+WHOLE = -1  # the shard of an item that is a whole type
 SEED = 42  # Spark's Murmur3Hash seed for hash() and HashPartitioning
 _MASK = 0xFFFFFFFF
 
@@ -63,8 +65,36 @@ def partition_keys(partitions: int) -> list[int]:
     return [int(k) for k in keys if k is not None]
 
 
-def shard_item(type_name: str, bucket: int) -> str:
-    return f"{type_name}{SHARD_SEPARATOR}{bucket}"
+class Item(NamedTuple):
+    """What the planner places: a whole type (shard WHOLE) or one entity shard of a split type."""
+
+    type_name: str
+    shard: int = WHOLE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type_name, "shard": None if self.shard == WHOLE else self.shard}
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> Item:
+        shard = payload.get("shard")
+        return cls(str(payload["type"]), WHOLE if shard is None else int(shard))
+
+
+def items_to_json(
+    owner: Mapping[Item, int], counts: Mapping[Item, int] | None = None
+) -> list[dict[str, Any]]:
+    """[{type, shard, slot[, rows]}], sorted: JSON keys cannot be pairs."""
+    rows = []
+    for item, slot in sorted(owner.items()):
+        row = {**item.to_json(), "slot": int(slot)}
+        if counts is not None:
+            row["rows"] = int(counts.get(item, 0))
+        rows.append(row)
+    return rows
+
+
+def items_from_json(rows: Iterable[Mapping[str, Any]]) -> dict[Item, int]:
+    return {Item.from_json(row): int(row["slot"]) for row in rows}
 
 
 @dataclass
@@ -72,11 +102,11 @@ class SlotPlan:
     """Which slot each item goes to, and why."""
 
     partitions: int
-    owner: dict[str, int]
-    counts: dict[str, int]
+    owner: dict[Item, int]
+    counts: dict[Item, int]
     load_before: list[int]
     load_after: list[int]
-    moves: list[tuple[str, int, int]] = field(default_factory=list)
+    moves: list[tuple[Item, int, int]] = field(default_factory=list)
     sharded: list[str] = field(default_factory=list)
     skipped: str | None = None
     # type -> {entity bucket: shard}; a sharded type missing here has one shard per bucket.
@@ -92,32 +122,33 @@ class SlotPlan:
         """type -> the slots holding it (one unless it was sharded)."""
         slots: dict[str, set[int]] = {}
         for item, slot in self.owner.items():
-            type_name = item.rsplit(SHARD_SEPARATOR, 1)[0] if self._is_shard(item) else item
-            slots.setdefault(type_name, set()).add(slot)
+            slots.setdefault(item.type_name, set()).add(slot)
         return {name: sorted(values) for name, values in sorted(slots.items())}
-
-    def _is_shard(self, item: str) -> bool:
-        head, sep, tail = item.rpartition(SHARD_SEPARATOR)
-        return bool(sep) and head in self.sharded and tail.isdigit()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "partitions": self.partitions,
             "types": self.type_slots(),
-            "items": dict(sorted(self.owner.items())),
-            "counts": dict(sorted(self.counts.items())),
+            "items": items_to_json(self.owner, self.counts),
             "sharded": sorted(self.sharded),
-            "shard_of": {t: {str(b): s for b, s in sorted(m.items())} for t, m in sorted(self.shard_of.items())},
+            "shard_of": {
+                t: {str(b): s for b, s in sorted(m.items())} for t, m in sorted(self.shard_of.items())
+            },
             "load_before": self.load_before,
             "load": self.load_after,
-            "moves": [{"item": item, "from": old, "to": new} for item, old, new in self.moves],
+            # A new item's first slot is a placement, not a move: `skipped` (the planner kept the
+            # previous owners) never contradicts a list of placements.
+            "placements": [{**item.to_json(), "to": new} for item, old, new in self.moves if old < 0],
+            "moves": [
+                {**item.to_json(), "from": old, "to": new} for item, old, new in self.moves if old >= 0
+            ],
             "skipped": self.skipped,
         }
 
 
 def plan_items(
     type_counts: Mapping[str, int], bucket_counts: Mapping[tuple[str, int], int], partitions: int
-) -> tuple[dict[str, int], list[str], dict[str, dict[int, int]]]:
+) -> tuple[dict[Item, int], list[str], dict[str, dict[int, int]]]:
     """Items and their counts: a type heavier than total/partitions is replaced by entity shards.
 
     A heavy type gets only as many shards as it needs, ceil(rows / (total / partitions)): each
@@ -128,32 +159,34 @@ def plan_items(
 
     total = sum(type_counts.values())
     bound = total / partitions if partitions else total
-    items: dict[str, int] = {}
+    items: dict[Item, int] = {}
     sharded: list[str] = []
     for type_name, count in type_counts.items():
         if partitions > 1 and count > bound:
             sharded.append(type_name)
         else:
-            items[type_name] = int(count)
+            items[Item(type_name)] = int(count)
     shard_of: dict[str, dict[int, int]] = {}
     for type_name in sorted(sharded):
         buckets = sorted(
-            (bucket, int(count)) for (name, bucket), count in bucket_counts.items() if name == type_name and count > 0
+            (bucket, int(count))
+            for (name, bucket), count in bucket_counts.items()
+            if name == type_name and count > 0
         )
         shards = min(len(buckets), math.ceil(type_counts[type_name] / bound))
         packed = plan_rebalance([c for _, c in buckets], [-1] * len(buckets), shards)
         shard_of[type_name] = {bucket: int(s) for (bucket, _), s in zip(buckets, packed.owner)}
         for shard, load in enumerate(packed.load_after):
             if load > 0:
-                items[shard_item(type_name, shard)] = int(load)
+                items[Item(type_name, shard)] = int(load)
     return items, sorted(sharded), shard_of
 
 
 def make_plan(
-    items: Mapping[str, int],
+    items: Mapping[Item, int],
     sharded: Sequence[str],
     partitions: int,
-    previous: Mapping[str, int] | None = None,
+    previous: Mapping[Item, int] | None = None,
     max_moves: int | None = None,
     group_cost: int = 0,
     shard_of: Mapping[str, dict[int, int]] | None = None,
@@ -175,7 +208,13 @@ def make_plan(
     if not names:
         zeros = [0] * partitions
         return SlotPlan(
-            partitions, {}, {}, list(zeros), list(zeros), sharded=list(sharded), skipped="no rows",
+            partitions,
+            {},
+            {},
+            list(zeros),
+            list(zeros),
+            sharded=list(sharded),
+            skipped="no rows",
             shard_of=dict(shard_of or {}),
         )
     # Even a skipped plan places unowned items (new types), so the default gate is safe here.
@@ -211,8 +250,8 @@ def hash_plan(type_counts: Mapping[str, int], hash_slots: Mapping[str, int], par
         load[hash_slots[type_name]] += int(count)
     return SlotPlan(
         partitions=partitions,
-        owner={name: int(hash_slots[name]) for name in type_counts},
-        counts={name: int(c) for name, c in type_counts.items()},
+        owner={Item(name): int(hash_slots[name]) for name in type_counts},
+        counts={Item(name): int(c) for name, c in type_counts.items()},
         load_before=list(load),
         load_after=list(load),
     )
@@ -230,11 +269,11 @@ def with_slot_key(frame: DataFrame, plan: SlotPlan, name: str) -> DataFrame:
     keys = partition_keys(plan.partitions)
     rows = []
     for item, slot in plan.owner.items():
-        if plan._is_shard(item):
-            type_name, _, shard = item.rpartition(SHARD_SEPARATOR)
-            rows.extend((type_name, bucket, keys[slot]) for bucket in plan.shard_buckets(type_name, int(shard)))
+        if item.shard == WHOLE:
+            rows.append((item.type_name, -1, keys[slot]))
         else:
-            rows.append((item, -1, keys[slot]))
+            buckets = plan.shard_buckets(item.type_name, item.shard)
+            rows.extend((item.type_name, bucket, keys[slot]) for bucket in buckets)
     schema = StructType(
         [
             StructField("_plan_type", StringType(), False),

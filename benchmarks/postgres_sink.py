@@ -1,0 +1,213 @@
+"""The PostgreSQL sink against Spark's own `df.write.jdbc`, on the metrics of a 2M-event run.
+
+Both write the same cached metrics frame into a fresh table of a private PostgreSQL server (default
+durability settings) started for the run:
+- baseline: `df.write.jdbc(url, table, mode="append")` with Debian's JDBC driver and `batchsize`
+  rows per batched INSERT (the best of plain and `reWriteBatchedInserts=true`);
+- ours: `PostgresSink.write` (the table is empty: tasks COPY into staging tables, then one
+  transaction inserts and builds the primary key), timed after a 1-row write has started Spark's
+  Python workers, as they are in a pipeline run where the sink follows the grouped map.
+Then ours runs again on the same frame: the row count and every value must be unchanged
+(`idempotent=1`). Last, a streaming run is killed (SIGKILL-equivalent `os._exit`) right after a
+micro-batch's database commit and before Spark's commit, then restarted: every row must be in
+PostgreSQL exactly once, equal to the Parquet output (`exactly_once=1`).
+
+Needs /usr/share/java/postgresql.jar: `scripts/ensure-postgres.sh --jdbc` (make bench does it).
+
+Last line: RESULT rows=… rows_per_s_ours=… rows_per_s_jdbc=… speedup_vs_jdbc=… idempotent=… exactly_once=…
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+SCHEMA = "bench"
+KILL_EXIT = 9
+SINK_URL_ENV = "REBALANCER_BENCH_SINK_URL"
+
+
+def fingerprint(conn, table: str) -> tuple[int, int]:
+    """Row count and an order-independent hash of every row's text."""
+    row = conn.execute(f"SELECT count(*), coalesce(sum(hashtext(t::text)::bigint), 0) FROM {SCHEMA}.{table} t").fetchone()
+    return int(row[0]), int(row[1])
+
+
+def jdbc_write(metrics, pg, table: str, batchsize: int, rewrite: bool) -> float:
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(pg.url)
+    properties = {
+        "user": str(params["user"]),
+        "password": str(params["password"]),
+        "driver": "org.postgresql.Driver",
+        "batchsize": str(batchsize),
+        "reWriteBatchedInserts": "true" if rewrite else "false",
+    }
+    url = f"jdbc:postgresql://127.0.0.1:{pg.port}/{pg.database}"
+    started = time.perf_counter()
+    metrics.write.jdbc(url, f"{SCHEMA}.{table}", mode="append", properties=properties)
+    return time.perf_counter() - started
+
+
+def stream_child(input_dir: Path, out: Path, kill_after: int) -> int:
+    """A streaming run that dies right after batch `kill_after` commits in PostgreSQL, before Spark commits it."""
+    from rebalancer.pipeline.ingest import inspect_input
+    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.sinks import PostgresSink
+    from rebalancer.pipeline.stream import StreamConfig, run_stream
+
+    original = PostgresSink.write_batch
+
+    def write_then_die(self, outputs, query, batch_id):
+        result = original(self, outputs, query, batch_id)
+        if batch_id == kill_after:
+            os._exit(KILL_EXIT)  # no cleanup, no Spark commit: as a kill -9 would leave it
+        return result
+
+    PostgresSink.write_batch = write_then_die  # type: ignore[method-assign]
+    spark = build_session("local[2]", app_name="postgres-sink-stream")
+    sink = PostgresSink(os.environ[SINK_URL_ENV], schema=SCHEMA)
+    run_stream(spark, inspect_input(input_dir), out, StreamConfig(partitions=2, available_now=True), sink=sink)
+    return 0
+
+
+def exactly_once(spark, pg, work: Path, events: int) -> tuple[bool, str]:
+    """Kill a stream after batch 1's database commit, restart it, and compare PostgreSQL with the Parquet output."""
+    import pandas as pd
+    import psycopg
+
+    from rebalancer.pipeline.generate import GenerateConfig, generate
+    from rebalancer.pipeline.ingest import inspect_input
+    from rebalancer.pipeline.sinks import PostgresSink
+    from rebalancer.pipeline.stream import StreamConfig, run_stream
+
+    input_dir = work / "stream-input"
+    generate(GenerateConfig(events=events, files=4, entities=200, bad_rate=0.001, seed=5), input_dir)
+    out = work / "stream-out"
+    child = subprocess.run(
+        [sys.executable, __file__, "--stream-child", str(input_dir), str(out)],
+        env={**os.environ, SINK_URL_ENV: pg.url},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != KILL_EXIT:
+        return False, f"the killed stream exited {child.returncode}: {child.stderr.strip()[-500:]}"
+    sink = PostgresSink(pg.url, schema=SCHEMA)
+    summary = run_stream(spark, inspect_input(input_dir), out, StreamConfig(partitions=2, available_now=True), sink=sink)
+    keys = ["batch_id", "type", "entity", "minute"]
+    parquet = pd.read_parquet(out / "metrics")
+    parquet["batch_id"] = parquet["batch_id"].astype("int64")
+    parquet["minute"] = pd.to_datetime(parquet["minute"], utc=True)
+    with psycopg.connect(pg.url) as conn:
+        rows = conn.execute(f"SELECT batch_id, type, entity, minute, count, sum FROM {SCHEMA}.metrics").fetchall()
+        batches = [r[0] for r in conn.execute(f"SELECT batch_id FROM {SCHEMA}.rebalancer_batches ORDER BY 1")]
+    database = pd.DataFrame(rows, columns=[*keys, "count", "sum"])
+    database["minute"] = pd.to_datetime(database["minute"], utc=True)
+    left = parquet[[*keys, "count", "sum"]].sort_values(keys).reset_index(drop=True)
+    right = database.sort_values(keys).reset_index(drop=True)
+    checks = {
+        "4 batches committed once each": batches == [0, 1, 2, 3],
+        "the replayed batch was skipped": summary["sink"]["skipped_batches"] == 1,
+        "database rows == Parquet rows": len(right) == len(left) and left.equals(right.astype(left.dtypes.to_dict())),
+        "counted once in summary.json": summary["sink"]["tables"]["metrics"]["rows"] == len(right),
+        "every accepted event once": int(right["count"].sum()) == summary["accepted"] == events - summary["quarantined"],
+    }
+    failed = [name for name, ok in checks.items() if not ok]
+    return not failed, ", ".join(failed) or f"{len(right):,} stream rows, batch {batches}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--entities", type=int, default=1000, help="with 400 types and 60 minutes: ~1M metric rows")
+    parser.add_argument("--batchsize", type=int, default=10_000, help="JDBC rows per batched INSERT")
+    parser.add_argument("--stream-events", type=int, default=100_000)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--data", type=Path, default=None, help="where to cache the generated input")
+    parser.add_argument("--stream-child", nargs=2, type=Path, metavar=("INPUT", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.stream_child:
+        return stream_child(*args.stream_child, kill_after=1)
+    if not JDBC_JAR.exists():
+        print(f"needs Debian's JDBC driver {JDBC_JAR}: run scripts/ensure-postgres.sh --jdbc", file=sys.stderr)
+        return 2
+    # The driver must be on the JVM's class path before it starts (driver and local executors alike).
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {JDBC_JAR} pyspark-shell"
+
+    import psycopg
+    from pyspark import StorageLevel
+
+    from rebalancer.pipeline.batch import run_batch
+    from rebalancer.pipeline.generate import GenerateConfig, generate
+    from rebalancer.pipeline.ingest import inspect_input
+    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.sinks import METRICS_KEY, PostgresSink
+    from rebalancer.pipeline.sinks.local import LocalPostgres
+
+    work = Path(tempfile.mkdtemp(prefix="rebalancer-bench-pg-", dir="/tmp"))
+    work.chmod(0o711)  # the server runs as `postgres` under root and must reach work/pg
+    data = args.data or work / "input"
+    config = GenerateConfig(events=args.events, entities=args.entities, seed=7)
+    if not data.exists() or not any(data.iterdir()):
+        generate(config, data)
+    try:
+        with LocalPostgres(work / "pg") as pg:
+            spark = build_session(args.master, app_name="postgres-sink-bench")
+            summary = run_batch(spark, inspect_input(data), work / "out", report=False)
+            metrics = spark.read.parquet(str(work / "out" / "metrics")).persist(StorageLevel.MEMORY_AND_DISK)
+            rows = metrics.count()
+            partitions = metrics.rdd.getNumPartitions()
+            print(f"{summary['ingested']:,} events -> {rows:,} metric rows in {partitions} partitions")
+            with psycopg.connect(pg.url, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {SCHEMA}")
+
+            # Python workers idle for a minute are stopped; in a pipeline run the sink follows the grouped
+            # map, so its workers are running. Start them here, outside the timing, with a 1-row write.
+            sink = PostgresSink(pg.url, schema=SCHEMA)
+            sink.write(metrics.limit(1), "warm_up", METRICS_KEY)
+            started = time.perf_counter()
+            first = sink.write(metrics, "metrics_ours", METRICS_KEY)
+            ours_seconds = time.perf_counter() - started
+            print(f"  ours (COPY, bulk load of an empty table): {ours_seconds:.2f} s, {rows / ours_seconds:,.0f} rows/s, "
+                  f"{first.tasks} tasks")
+            jdbc = {}
+            for rewrite in (False, True):
+                table = f"metrics_jdbc_{'rewrite' if rewrite else 'plain'}"
+                jdbc[rewrite] = jdbc_write(metrics, pg, table, args.batchsize, rewrite)
+                print(f"  jdbc batchsize={args.batchsize} reWriteBatchedInserts={rewrite}: "
+                      f"{jdbc[rewrite]:.2f} s, {rows / jdbc[rewrite]:,.0f} rows/s")
+            jdbc_seconds = min(jdbc.values())
+
+            with psycopg.connect(pg.url) as conn:
+                before = fingerprint(conn, "metrics_ours")
+                jdbc_rows = fingerprint(conn, "metrics_jdbc_plain")[0]
+            again = sink.write(metrics, "metrics_ours", METRICS_KEY)
+            with psycopg.connect(pg.url) as conn:
+                after = fingerprint(conn, "metrics_ours")
+            print(f"  ours again: {again.seconds:.2f} s, {again.changed} rows changed")
+            idempotent = before == after and before[0] == rows == jdbc_rows and first.rows == rows and again.changed == 0
+            metrics.unpersist()
+
+            once, detail = exactly_once(spark, pg, work, args.stream_events)
+            print(f"  stream killed after batch 1's commit, restarted: {'ok' if once else 'FAILED'} ({detail})")
+            spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"RESULT rows={rows} rows_per_s_ours={rows / ours_seconds:.0f} rows_per_s_jdbc={rows / jdbc_seconds:.0f} "
+        f"speedup_vs_jdbc={jdbc_seconds / ours_seconds:.2f} idempotent={int(idempotent)} exactly_once={int(once)}"
+    )
+    return 0 if idempotent and once else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,824 @@
+"""Kafka in: a PySpark Python data source, `rebalancer-kafka`, that reads a topic with confluent-kafka.
+
+Spark's own Kafka connector is a Maven jar; this source needs only the wheels. The reader owns the
+offsets, as Spark's Kafka source does: no consumer group, each executor task `assign()`s its offset
+ranges, reads exactly `[start, end)` with `isolation.level=read_committed` (so aborted records and
+transaction markers never show, and offsets need not be consecutive) and closes its consumer.
+
+Input tasks are a balancing problem: one task per topic partition makes a hot partition a straggler.
+Here ranges larger than the per-task target are cut into near-equal pieces and the pieces are packed
+into near-equal tasks with `rebalancer.balance.plan_rebalance` (`planTasks=false`: one task per
+partition, the baseline). Streaming offsets are Spark-Kafka JSON (`{"topic": {"0": 42}}`) and live in
+the query's checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from rebalancer.balance import plan_rebalance
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from confluent_kafka import Consumer
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "DEFAULT_MAX_RECORDS_PER_TASK",
+    "SCHEMA",
+    "SOURCE_NAME",
+    "DataLossError",
+    "KafkaBatchReader",
+    "KafkaDataSource",
+    "KafkaOptions",
+    "KafkaStreamReader",
+    "KafkaTask",
+    "OffsetRange",
+    "TopicView",
+    "parse_options",
+    "plan_input_tasks",
+    "register_kafka_source",
+]
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "rebalancer-kafka"
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+DEFAULT_MAX_RECORDS_PER_TASK = 1_000_000
+EARLIEST = -2  # in JSON offsets, as in Spark's Kafka source
+LATEST = -1
+ROWS_PER_BATCH = 20_000  # Arrow batch handed to Spark; also the consume() batch size
+OPTIONS = (
+    "bootstrap.servers",
+    "topic",
+    "startingOffsets",
+    "endingOffsets",
+    "maxRecordsPerTask",
+    "minPartitions",
+    "planTasks",
+    "maxOffsetsPerTrigger",
+    "failOnDataLoss",
+    "pollTimeoutMs",
+)
+KAFKA_PREFIX = "kafka."  # kafka.<librdkafka property> is passed to the consumers (security settings...)
+# Set by the reader itself; a user value would break exactly-once reads.
+_RESERVED = ("group.id", "enable.auto.commit", "isolation.level", "auto.offset.reset", "enable.partition.eof")
+
+
+# -- options --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KafkaOptions:
+    """Validated options. `consumer_config` may hold secrets: it is left out of repr."""
+
+    bootstrap_servers: str
+    topic: str
+    starting: str | dict[int, int] = "earliest"
+    ending: str | dict[int, int] = "latest"
+    max_records_per_task: int = DEFAULT_MAX_RECORDS_PER_TASK
+    min_partitions: int | None = None
+    plan_tasks: bool = True
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    consumer_config: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # which options the user gave (so batch/stream-only ones can be refused where they mean nothing)
+    given: frozenset[str] = field(default_factory=frozenset, repr=False)
+
+    def consumer_conf(self, client: str) -> dict[str, Any]:
+        conf: dict[str, Any] = dict(self.consumer_config)
+        conf.update(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": f"rebalancer-kafka-{client}",  # required by the client; never joined or committed
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "client.id": f"rebalancer-kafka-{client}",
+            }
+        )
+        conf.setdefault("log_level", 3)
+        return conf
+
+
+def _positive_int(name: str, text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {text!r}")
+    return value
+
+
+def _bool(name: str, text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _offsets(name: str, text: str, topic: str, allowed: tuple[str, ...]) -> str | dict[int, int]:
+    """`earliest`, `latest` or Spark-Kafka JSON `{"topic": {"0": 23, "1": -2}}` (-2 earliest, -1 latest)."""
+    stripped = str(text).strip()
+    if stripped.lower() in allowed:
+        return stripped.lower()
+    if stripped.lower() in ("earliest", "latest"):
+        raise ValueError(
+            f"{name} cannot be {stripped.lower()} here (allowed: {', '.join(allowed)} or JSON), got {text!r}"
+        )
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        raise ValueError(
+            f'{name} must be {" or ".join(allowed)} or JSON like {{"{topic}": {{"0": 42}}}}, got {text!r}'
+        ) from None
+    if not isinstance(parsed, dict) or set(parsed) != {topic} or not isinstance(parsed[topic], dict):
+        raise ValueError(
+            f"{name} JSON must be an object with the one key {topic!r} holding partition offsets, got {text!r}"
+        )
+    offsets: dict[int, int] = {}
+    for partition, offset in parsed[topic].items():
+        try:
+            number = int(partition)
+        except ValueError:
+            raise ValueError(f"{name}: partition {partition!r} is not a number, in {text!r}") from None
+        if number < 0 or isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
+            raise ValueError(f"{name}: offset of partition {partition} must be an int >= -2, got {offset!r}")
+        offsets[number] = offset
+    return offsets
+
+
+def parse_options(options: Mapping[str, str], streaming: bool | None = False) -> KafkaOptions:
+    """Validate the reader options; a bad one raises ValueError naming it. Keys are case-insensitive.
+
+    `streaming=None` (the mode is not known yet) skips the checks of batch-only and stream-only options.
+    """
+    lowered = {str(k).lower(): (str(k), v) for k, v in options.items()}
+    known = {name.lower(): name for name in OPTIONS}
+    consumer_config: dict[str, str] = {}
+    given: set[str] = set()
+    for key, (original, value) in lowered.items():
+        if key in known:
+            given.add(known[key])
+        elif key.startswith(KAFKA_PREFIX):
+            prop = original[len(KAFKA_PREFIX) :]
+            if prop.lower() in _RESERVED or prop.lower() == "bootstrap.servers":
+                raise ValueError(f"option {original} is set by the reader itself and cannot be given")
+            consumer_config[prop] = value
+        elif key != "path":
+            raise ValueError(
+                f"unknown option {original!r} (options: {', '.join(OPTIONS)}, or kafka.<consumer property>)"
+            )
+
+    def get(name: str) -> str | None:
+        found = lowered.get(name.lower())
+        return None if found is None else str(found[1])
+
+    servers = (get("bootstrap.servers") or "").strip()
+    if not servers:
+        raise ValueError("option bootstrap.servers is required (host:port[,host:port])")
+    topic = (get("topic") or "").strip()
+    if not topic:
+        raise ValueError("option topic is required")
+    if "," in topic:
+        raise ValueError(f"option topic names one topic, got {topic!r}")
+    if streaming is True and "endingOffsets" in given:
+        raise ValueError("option endingOffsets is for batch reads; a stream reads on as data arrives")
+    if streaming is False and "maxOffsetsPerTrigger" in given:
+        raise ValueError("option maxOffsetsPerTrigger is for streaming reads")
+    starting_allowed = ("earliest",) if streaming is False else ("earliest", "latest")
+    starting = _offsets("startingOffsets", get("startingOffsets") or "earliest", topic, starting_allowed)
+    ending = _offsets("endingOffsets", get("endingOffsets") or "latest", topic, ("latest",))
+    if isinstance(ending, dict) and any(offset == EARLIEST for offset in ending.values()):
+        raise ValueError("endingOffsets: -2 (earliest) is not an end offset")
+    if (
+        isinstance(starting, dict)
+        and streaming is False
+        and any(offset == LATEST for offset in starting.values())
+    ):
+        raise ValueError("startingOffsets: -1 (latest) reads nothing in a batch read")
+    min_partitions = get("minPartitions")
+    max_per_trigger = get("maxOffsetsPerTrigger")
+    return KafkaOptions(
+        bootstrap_servers=servers,
+        topic=topic,
+        starting=starting,
+        ending=ending,
+        max_records_per_task=_positive_int(
+            "maxRecordsPerTask", get("maxRecordsPerTask") or str(DEFAULT_MAX_RECORDS_PER_TASK)
+        ),
+        min_partitions=None if min_partitions is None else _positive_int("minPartitions", min_partitions),
+        plan_tasks=_bool("planTasks", get("planTasks") or "true"),
+        max_offsets_per_trigger=None
+        if max_per_trigger is None
+        else _positive_int("maxOffsetsPerTrigger", max_per_trigger),
+        fail_on_data_loss=_bool("failOnDataLoss", get("failOnDataLoss") or "true"),
+        poll_timeout_ms=_positive_int("pollTimeoutMs", get("pollTimeoutMs") or "120000"),
+        consumer_config=consumer_config,
+        given=frozenset(given),
+    )
+
+
+# -- planning input tasks -------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets `[start, end)` of one partition. Sizes count offsets: markers included, so an upper bound."""
+
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class KafkaTask(InputPartition):
+    """One Spark input task: the ranges it reads, in order. Picklable."""
+
+    def __init__(self, topic: str, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(None)
+        self.topic = topic
+        self.ranges = tuple(ranges)
+
+    @property
+    def records(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+    def __repr__(self) -> str:
+        spans = ", ".join(f"{r.partition}:[{r.start},{r.end})" for r in self.ranges)
+        return f"KafkaTask({self.topic!r}, {spans})"
+
+
+def _cut(ranges: Sequence[OffsetRange], piece: int) -> list[OffsetRange]:
+    """Each range larger than `piece` cut into ceil(size / piece) near-equal contiguous pieces."""
+    pieces = []
+    for r in ranges:
+        count = max(1, -(-r.size // piece))
+        base, extra = divmod(r.size, count)
+        start = r.start
+        for index in range(count):
+            end = start + base + (1 if index < extra else 0)
+            pieces.append(OffsetRange(r.partition, start, end))
+            start = end
+    return pieces
+
+
+def _merge(pieces: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """Adjacent pieces of one partition as one range; partition then offset order."""
+    merged: list[OffsetRange] = []
+    for piece in sorted(pieces):
+        last = merged[-1] if merged else None
+        if last is not None and last.partition == piece.partition and last.end == piece.start:
+            merged[-1] = OffsetRange(last.partition, last.start, piece.end)
+        else:
+            merged.append(piece)
+    return merged
+
+
+def _level(groups: list[list[OffsetRange]], cap: int) -> None:
+    """Trim every task to `cap` records and hand the offcuts to the tasks below it (in place).
+
+    The packing leaves tasks within a piece of the mean; cutting the excess off the last range of a
+    full task and filling the emptiest tasks with it makes them near-equal (none over `cap`) at the
+    cost of a few more ranges. Possible whenever tasks x cap >= total.
+    """
+    offcuts: list[OffsetRange] = []
+    for group in groups:
+        excess = sum(r.size for r in group) - cap
+        while excess > 0:
+            last = group.pop()
+            if last.size <= excess:
+                offcuts.append(last)
+                excess -= last.size
+            else:
+                group.append(OffsetRange(last.partition, last.start, last.end - excess))
+                offcuts.append(OffsetRange(last.partition, last.end - excess, last.end))
+                excess = 0
+    for group in sorted(groups, key=lambda g: sum(r.size for r in g)):
+        room = cap - sum(r.size for r in group)
+        while room > 0 and offcuts:
+            piece = offcuts.pop()
+            if piece.size > room:
+                offcuts.append(OffsetRange(piece.partition, piece.start + room, piece.end))
+                piece = OffsetRange(piece.partition, piece.start, piece.start + room)
+            group.append(piece)
+            room -= piece.size
+    assert not offcuts, "tasks x cap must cover every record"
+
+
+def plan_input_tasks(
+    ranges: Sequence[OffsetRange],
+    max_records_per_task: int = DEFAULT_MAX_RECORDS_PER_TASK,
+    min_partitions: int | None = None,
+    plan_tasks: bool = True,
+) -> list[list[OffsetRange]]:
+    """The ranges of each input task.
+
+    Planned: about `total / max_records_per_task` tasks (never fewer than `min_partitions`, never
+    more than there are records), each within ceil(total / tasks) records. Ranges longer than that
+    are cut into near-equal pieces; `plan_rebalance` packs the pieces into tasks, and `_level` evens
+    out what packing whole pieces cannot. Unplanned: one task per partition range, Spark's way.
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    if not plan_tasks:
+        return [[r] for r in sorted(ranges)]
+    total = sum(r.size for r in ranges)
+    if total == 0:
+        return []
+    tasks = min(max(-(-total // max_records_per_task), min_partitions or 1), total)
+    cap = -(-total // tasks)  # <= max_records_per_task
+    pieces = _cut(ranges, cap)
+    plan = plan_rebalance([p.size for p in pieces], [-1] * len(pieces), tasks, skip_ratio=1.0)
+    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    for piece, owner in zip(pieces, plan.owner):
+        groups[owner].append(piece)
+    _level(groups, cap)
+    return [_merge(group) for group in groups if group]
+
+
+# -- the driver's view of the topic ---------------------------------------------------------------
+class DataLossError(RuntimeError):
+    """Offsets to read are gone from the topic (retention, deletion) and failOnDataLoss is true."""
+
+
+def _data_loss(topic: str, partition: int, start: int, available: int) -> str:
+    return (
+        f"topic {topic!r} partition {partition}: offsets {start}..{available - 1} were deleted before they "
+        f"were read (the earliest available offset is {available}); set failOnDataLoss=false to skip them"
+    )
+
+
+class TopicView:
+    """Partition count and watermarks, through one metadata consumer kept by the planning side."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._consumer: Consumer | None = None
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer(self.options.consumer_conf("planner"))
+        return self._consumer
+
+    def partitions(self) -> list[int]:
+        from confluent_kafka import KafkaException
+
+        topic = self.options.topic
+        timeout = self.options.poll_timeout_ms / 1000
+        try:
+            metadata = self._client().list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise RuntimeError(f"cannot read the metadata of topic {topic!r}: {exc.args[0]}") from None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            why = f": {found.error}" if found is not None and found.error is not None else ""
+            raise ValueError(f"topic {topic!r} does not exist on {self.options.bootstrap_servers}{why}")
+        return sorted(found.partitions)
+
+    def watermarks(self, partitions: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
+        """{partition: (earliest, latest)}; latest is the last stable offset (read_committed)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        topic = self.options.topic
+        timeout = self.options.poll_timeout_ms / 1000
+        result = {}
+        for partition in self.partitions() if partitions is None else partitions:
+            try:
+                low, high = self._client().get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise RuntimeError(
+                    f"topic {topic!r} partition {partition}: cannot read offsets: {exc.args[0]}"
+                ) from None
+            result[partition] = (int(low), int(high))
+        return result
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _resolve(
+    spec: str | dict[int, int], marks: Mapping[int, tuple[int, int]], default: int
+) -> dict[int, int]:
+    """earliest/latest/JSON as concrete offsets per partition; unlisted partitions get `default`."""
+    if isinstance(spec, str):
+        pick = EARLIEST if spec == "earliest" else LATEST
+        return {p: marks[p][0] if pick == EARLIEST else marks[p][1] for p in marks}
+    resolved = {}
+    for p, (low, high) in marks.items():
+        offset = spec.get(p, default)
+        resolved[p] = low if offset == EARLIEST else high if offset == LATEST else offset
+    return resolved
+
+
+def _check_listed(name: str, spec: str | dict[int, int], topic: str, partitions: Sequence[int]) -> None:
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - set(partitions))
+        if unknown:
+            raise ValueError(
+                f"{name}: topic {topic!r} has no partition {unknown[0]} (it has {len(partitions)})"
+            )
+
+
+def _ranges(
+    options: KafkaOptions,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    marks: Mapping[int, tuple[int, int]],
+) -> list[OffsetRange]:
+    """[start, end) per partition, with deleted offsets failing the read (or skipped and counted)."""
+    ranges = []
+    lost = 0
+    for partition, stop in sorted(end.items()):
+        begin = start.get(partition, marks.get(partition, (0, 0))[0])
+        low = marks.get(partition, (0, 0))[0]
+        if begin < low:
+            if options.fail_on_data_loss:
+                raise DataLossError(_data_loss(options.topic, partition, begin, low))
+            lost += min(low, stop) - begin
+            log.warning("skipping deleted offsets: %s", _data_loss(options.topic, partition, begin, low))
+            begin = min(low, stop)
+        if stop < begin:
+            message = f"topic {options.topic!r} partition {partition}: end offset {stop} is before start offset {begin}"
+            if options.fail_on_data_loss:
+                raise DataLossError(
+                    message + " (was the topic recreated?); set failOnDataLoss=false to skip it"
+                )
+            log.warning("%s; skipped", message)
+            continue
+        ranges.append(OffsetRange(partition, begin, stop))
+    if lost:
+        log.warning("topic %r: %d deleted offset(s) skipped (failOnDataLoss=false)", options.topic, lost)
+    return ranges
+
+
+def _tasks(options: KafkaOptions, ranges: Sequence[OffsetRange]) -> list[KafkaTask]:
+    groups = plan_input_tasks(
+        ranges, options.max_records_per_task, options.min_partitions, options.plan_tasks
+    )
+    return [KafkaTask(options.topic, group) for group in groups]
+
+
+# -- reading on the executors ---------------------------------------------------------------------
+def spark_schema() -> StructType:
+    """SCHEMA as a StructType, built without a session (executors have none)."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+        ]
+    )
+
+
+def _arrow_schema() -> pa.Schema:
+    """SCHEMA in Arrow, as Spark expects it; built with pyarrow alone (no pandas import per task)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("key", pa.binary()),
+            pa.field("value", pa.binary()),
+            pa.field("topic", pa.string()),
+            pa.field("partition", pa.int32()),
+            pa.field("offset", pa.int64()),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+
+def _batch(schema: pa.Schema, topic: str, rows: list[Any]) -> pa.RecordBatch:
+    """Messages as one Arrow batch in SCHEMA (timestamps are milliseconds; Spark wants microseconds)."""
+    import pyarrow as pa
+
+    timestamps = [m.timestamp()[1] * 1000 for m in rows]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([m.key() for m in rows], pa.binary()),
+            pa.array([m.value() for m in rows], pa.binary()),
+            pa.array([topic] * len(rows), pa.string()),
+            pa.array([m.partition() for m in rows], pa.int32()),
+            pa.array([m.offset() for m in rows], pa.int64()),
+            pa.array(timestamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=schema,
+    )
+
+
+def read_task(options: KafkaOptions, task: KafkaTask) -> Iterator[pa.RecordBatch]:
+    """Read each range of `task` exactly: `[start, end)`, in offset order per partition.
+
+    Ranges of one partition are read one after another: a round assigns at most one range per
+    partition, each round with its own consumer (a re-assigned partition would wait out fetch backoffs).
+    """
+    schema = _arrow_schema()
+    rounds: list[list[OffsetRange]] = []
+    for r in task.ranges:
+        for round_ranges in rounds:
+            if all(other.partition != r.partition for other in round_ranges):
+                round_ranges.append(r)
+                break
+        else:
+            rounds.append([r])
+    for round_ranges in rounds:
+        yield from _read_round(options, task.topic, round_ranges, schema)
+
+
+def _read_round(
+    options: KafkaOptions, topic: str, ranges: Sequence[OffsetRange], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """One consumer, one range per partition. A range ends at the first message at or past its end,
+    at a partition EOF at or past it, or when the consumer's position passes it: transaction markers
+    and aborted records never arrive, so the last offsets of a range may never be seen."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(options.consumer_conf("reader"))
+    timeout_s = options.poll_timeout_ms / 1000
+    end = {r.partition: r.end for r in ranges}
+    next_offset = {r.partition: r.start for r in ranges}
+    pending = set(end)
+    finish = partial(_finish, consumer, topic, pending)
+    try:
+        consumer.assign([TopicPartition(topic, r.partition, r.start) for r in ranges])
+        last_progress = time.monotonic()
+        rows: list[Any] = []
+        while pending:
+            # Ask for no more than is left, so the call returns as soon as the range is in.
+            left = sum(end[p] - next_offset[p] for p in pending)
+            messages = consumer.consume(
+                num_messages=max(1, min(ROWS_PER_BATCH, left)), timeout=min(0.5, timeout_s)
+            )
+            if messages:
+                last_progress = time.monotonic()
+            for message in messages:
+                partition = message.partition()
+                if partition not in pending:
+                    continue
+                error = message.error()
+                if error is None:
+                    offset = message.offset()
+                    if offset < next_offset[partition]:
+                        continue  # fetched before a re-assignment that went back
+                    if offset >= end[partition]:
+                        finish(partition)
+                        continue
+                    rows.append(message)
+                    next_offset[partition] = offset + 1
+                    if offset >= end[partition] - 1:
+                        finish(partition)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    if message.offset() >= end[partition]:
+                        finish(partition)
+                elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    _skip_lost(consumer, options, partition, next_offset, end, finish)
+                else:
+                    raise RuntimeError(
+                        f"reading topic {topic!r} partition {partition} at offset {next_offset[partition]}: {error.str()}"
+                    )
+            if pending and not messages:
+                for tp in consumer.position([TopicPartition(topic, p) for p in sorted(pending)]):
+                    if tp.offset >= end[tp.partition]:
+                        finish(tp.partition)
+                if pending and time.monotonic() - last_progress > timeout_s:
+                    stuck = min(pending)
+                    raise TimeoutError(
+                        f"reading topic {topic!r} partition {stuck} at offset {next_offset[stuck]}: no record "
+                        f"for {options.poll_timeout_ms} ms before end offset {end[stuck]} (pollTimeoutMs)"
+                    )
+            if len(rows) >= ROWS_PER_BATCH:
+                yield _batch(schema, topic, rows)
+                rows = []
+        if rows:
+            yield _batch(schema, topic, rows)
+    finally:
+        consumer.close()
+
+
+def _finish(consumer: Consumer, topic: str, pending: set[int], partition: int) -> None:
+    """The range of `partition` is read: stop fetching it."""
+    from confluent_kafka import TopicPartition
+
+    pending.discard(partition)
+    consumer.pause([TopicPartition(topic, partition)])
+
+
+def _skip_lost(
+    consumer: Consumer,
+    options: KafkaOptions,
+    partition: int,
+    next_offset: dict[int, int],
+    end: Mapping[int, int],
+    finish: Any,
+) -> None:
+    """The next offset was deleted while the query ran: fail, or skip to the earliest and count it."""
+    from confluent_kafka import TopicPartition
+
+    tp = TopicPartition(options.topic, partition)
+    low, _high = consumer.get_watermark_offsets(tp, timeout=options.poll_timeout_ms / 1000, cached=False)
+    if options.fail_on_data_loss:
+        raise DataLossError(_data_loss(options.topic, partition, next_offset[partition], low))
+    skipped = min(low, end[partition]) - next_offset[partition]
+    log.warning(
+        "skipping %d deleted offset(s): %s",
+        skipped,
+        _data_loss(options.topic, partition, next_offset[partition], low),
+    )
+    if low >= end[partition]:
+        finish(partition)
+        return
+    next_offset[partition] = low
+    # The partition's fetcher stopped on the error; a seek is refused, a fresh assignment is not.
+    consumer.incremental_unassign([tp])
+    consumer.incremental_assign([TopicPartition(options.topic, partition, low)])
+
+
+# -- the Spark data source ------------------------------------------------------------------------
+def _offset_json(topic: str, offsets: Mapping[int, int]) -> dict[str, Any]:
+    return {topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
+
+
+def _offset_dict(topic: str, payload: Mapping[str, Any]) -> dict[int, int]:
+    return {int(p): int(o) for p, o in payload.get(topic, {}).items()}
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        view = TopicView(self.options)
+        try:
+            marks = view.watermarks()
+        finally:
+            view.close()
+        _check_listed("startingOffsets", self.options.starting, self.options.topic, list(marks))
+        _check_listed("endingOffsets", self.options.ending, self.options.topic, list(marks))
+        start = _resolve(self.options.starting, marks, EARLIEST)
+        end = _resolve(self.options.ending, marks, LATEST)
+        tasks = _tasks(self.options, _ranges(self.options, start, end, marks))
+        log.info(
+            "topic %r: %d input task(s) over %d record(s)",
+            self.options.topic,
+            len(tasks),
+            sum(t.records for t in tasks),
+        )
+        return tasks or [KafkaTask(self.options.topic, [])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaTask)
+        return read_task(self.options, partition)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets `{"topic": {"partition": next offset}}` in the checkpoint; new partitions start at earliest."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._view: TopicView | None = None
+        self._available_now: dict[int, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_view"] = None  # a live consumer stays on the planning side
+        return state
+
+    def view(self) -> TopicView:
+        if self._view is None:
+            self._view = TopicView(self.options)
+        return self._view
+
+    def initialOffset(self) -> dict:
+        marks = self.view().watermarks()
+        _check_listed("startingOffsets", self.options.starting, self.options.topic, list(marks))
+        return _offset_json(self.options.topic, _resolve(self.options.starting, marks, EARLIEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = {p: high for p, (_low, high) in self.view().watermarks().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = _offset_dict(self.options.topic, start)
+        marks = self.view().watermarks()
+        latest = {p: high for p, (_low, high) in marks.items()}
+        if self._available_now is not None:
+            latest = {
+                p: min(high, self._available_now[p]) for p, high in latest.items() if p in self._available_now
+            }
+        origin = {p: begin.get(p, marks[p][0]) for p in latest}
+        for p in latest:
+            if latest[p] < origin[p] and self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"topic {self.options.topic!r} partition {p}: the latest offset {latest[p]} is before the "
+                    f"offset {origin[p]} already read (was the topic recreated?); set failOnDataLoss=false to go on"
+                )
+        # A partition behind its start (recreated topic) is left to partitions() to report.
+        backlog = {p: max(0, latest[p] - max(origin[p], marks[p][0])) for p in latest}
+        if isinstance(limit, ReadMaxRows):
+            grant = _prorate(backlog, limit.max_rows)
+        else:
+            grant = backlog
+        end = {p: max(origin[p], marks[p][0]) + grant[p] if grant[p] else origin[p] for p in latest}
+        for p, offset in begin.items():
+            end.setdefault(p, offset)  # a partition gone from the metadata keeps its offset
+        return _offset_json(self.options.topic, end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return _offset_json(
+            self.options.topic, {p: high for p, (_low, high) in self.view().watermarks().items()}
+        )
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin = _offset_dict(self.options.topic, start)
+        stop = _offset_dict(self.options.topic, end)
+        marks = self.view().watermarks(sorted(stop))
+        return _tasks(self.options, _ranges(self.options, begin, stop, marks))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaTask)
+        return read_task(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, never in a consumer group."""
+
+    def stop(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
+
+
+def _prorate(backlog: Mapping[int, int], limit: int) -> dict[int, int]:
+    """Split `limit` records over partitions in proportion to their backlog (largest remainders), exactly."""
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(backlog)
+    shares = {p: backlog[p] * limit / total for p in backlog}
+    grant = {p: int(share) for p, share in shares.items()}
+    left = limit - sum(grant.values())
+    for p in sorted(backlog, key=lambda q: (grant[q] - shares[q], q))[:left]:
+        grant[p] += 1
+    return grant
+
+
+class KafkaDataSource(DataSource):
+    """`spark.read.format("rebalancer-kafka")`; see the module docstring and docs/pipeline.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(options)
+        parse_options(options, streaming=None)  # fail at load(), naming the option, not in a task
+
+    def schema(self) -> StructType:
+        return spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(parse_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(parse_options(self.options, streaming=True))
+
+
+def register_kafka_source(spark: SparkSession) -> None:
+    """Register `rebalancer-kafka` on this session (idempotent)."""
+    spark.dataSource.register(KafkaDataSource)

@@ -1,0 +1,624 @@
+"""PostgresSink: Spark DataFrames into PostgreSQL by COPY and upsert: idempotent, and exactly-once per batch id.
+
+Batch writes (`batch_id=None`): every Spark task COPYs its partition into a temporary table and
+upserts it into the target in one transaction, so a re-run leaves the same rows and a failed task
+leaves nothing. Stream writes (`batch_id=N`): tasks COPY into their own staging tables, then the
+driver moves every table's rows into the targets and records `(query, batch_id)` in
+`rebalancer_batches`, all in one transaction; a batch id already recorded is skipped.
+
+The password is kept only in the connection string handed to psycopg; repr, logs and errors show
+the URL without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from rebalancer.pipeline.sinks._copy import (
+    RESULT_SCHEMA,
+    STAGE,
+    UPSERT,
+    CopyTask,
+    stage_name,
+    upsert_statement,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+log = logging.getLogger(__name__)
+
+SCHEMES = ("postgresql://", "postgres://")
+DEFAULT_SCHEMA = "rebalancer"
+BATCHES_TABLE = "rebalancer_batches"
+MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1
+STAGE_PREFIX = "_rebalancer_stage_"
+
+
+class SinkError(RuntimeError):
+    """A write that failed after the sink was set up (the server went away, a task failed)."""
+
+
+@dataclass
+class TableWrite:
+    """What one write did to one table."""
+
+    table: str
+    rows: int  # rows upserted (every row of the frame)
+    changed: int  # of those, rows inserted or whose values changed
+    tasks: int
+    seconds: float
+    skipped: bool = False  # a stream batch id already committed: nothing written this time
+
+
+@dataclass(frozen=True)
+class Output:
+    """One frame for one table, with the table's primary key."""
+
+    frame: DataFrame
+    table: str
+    key: tuple[str, ...]
+
+
+def pg_type(name: str, data_type: DataType) -> str:
+    """The column type for a Spark type, spelled as PostgreSQL's `format_type` spells it."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.DecimalType):
+        return f"numeric({data_type.precision},{data_type.scale})"
+    simple: tuple[tuple[type, str], ...] = (
+        (T.StringType, "text"),
+        (T.LongType, "bigint"),
+        (T.IntegerType, "integer"),
+        (T.ShortType, "smallint"),
+        (T.ByteType, "smallint"),
+        (T.DoubleType, "double precision"),
+        (T.FloatType, "real"),
+        (T.BooleanType, "boolean"),
+        (T.TimestampNTZType, "timestamp without time zone"),
+        (T.TimestampType, "timestamp with time zone"),
+        (T.DateType, "date"),
+    )
+    for spark_type, postgres_type in simple:
+        if isinstance(data_type, spark_type):
+            return postgres_type
+    raise ValueError(
+        f"column {name!r} has type {data_type.simpleString()}, which the PostgreSQL sink cannot store"
+    )
+
+
+def table_columns(schema: StructType) -> tuple[tuple[str, str], ...]:
+    return tuple((f.name, pg_type(f.name, f.dataType)) for f in schema.fields)
+
+
+def _check_identifier(what: str, value: str) -> str:
+    if not isinstance(value, str) or not value or len(value.encode()) > MAX_IDENTIFIER or "\x00" in value:
+        raise ValueError(f"{what} must be 1 to {MAX_IDENTIFIER} bytes without NUL, got {value!r}")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+class PostgresSink:
+    """Writes frames into tables of one PostgreSQL schema; creates what is missing."""
+
+    def __init__(
+        self,
+        url: str,
+        schema: str = DEFAULT_SCHEMA,
+        *,
+        connect_timeout: int = 10,
+        inject_failure_after_copy: bool = False,
+    ) -> None:
+        try:
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        except ImportError as exc:
+            raise ValueError("the PostgreSQL sink needs psycopg: pip install 'rebalancer[postgres]'") from exc
+        if not isinstance(url, str) or not url.startswith(SCHEMES):
+            raise ValueError(
+                f"sink must be a postgresql://user:password@host:port/database URL, got {_scheme_only(url)!r}"
+            )
+        try:
+            params = conninfo_to_dict(url)
+        except Exception as exc:  # psycopg.ProgrammingError for a malformed URL
+            raise ValueError(f"sink URL cannot be parsed: {_redacted_text(_first_line(exc), url)}") from None
+        if connect_timeout < 1:
+            raise ValueError(f"connect_timeout must be >= 1, got {connect_timeout}")
+        self.schema = _check_identifier("sink schema", schema)
+        self._password = str(params.get("password") or "")
+        self._conninfo = make_conninfo(url, connect_timeout=connect_timeout, application_name="rebalancer")
+        self.display_url = _display_url(params)
+        self.inject_failure_after_copy = inject_failure_after_copy
+        # Tables this sink has created or checked: later writes skip the catalog queries.
+        self._prepared: set[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]] = set()
+        self._batches_table_ready = False
+
+    def __repr__(self) -> str:
+        return f"PostgresSink({self.display_url!r}, schema={self.schema!r})"
+
+    def redact(self, text: str) -> str:
+        """`text` with the password (and any URL carrying it) blanked out."""
+        return _redacted_text(text, self._conninfo, self._password)
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection that commits on success and rolls back on error; one-line errors without the password."""
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self._conninfo)
+        except psycopg.OperationalError as exc:
+            raise ValueError(
+                f"sink {self.display_url}: cannot connect: {self.redact(_first_line(exc))}"
+            ) from None
+        with conn:
+            yield conn
+
+    def check(self) -> str:
+        """Connect once (reachable server, valid credentials, existing database); returns the server version."""
+        with self.connect() as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+        log.info("sink %s reachable (PostgreSQL %s)", self.display_url, version[0] if version else "?")
+        return str(version[0]) if version else ""
+
+    # --- tables -------------------------------------------------------------------------------------
+
+    def ensure_table(self, schema: StructType, table: str, key: Sequence[str]) -> None:
+        """Create the table (columns from the Spark schema, primary key `key`) or check the one there."""
+        self._ensure(table, table_columns(schema), self._key(schema, table, key))
+
+    def _key(self, schema: StructType, table: str, key: Sequence[str]) -> tuple[str, ...]:
+        _check_identifier("table", table)
+        key = tuple(key)
+        if not key:
+            raise ValueError(f"key for table {table!r} must name at least one column, got {list(key)}")
+        names = schema.fieldNames()
+        for column in key:
+            if column not in names:
+                raise ValueError(
+                    f"key column {column!r} is not a column of the frame for {table!r} ({', '.join(names)})"
+                )
+        if len(set(key)) != len(key):
+            raise ValueError(f"key for table {table!r} repeats a column: {list(key)}")
+        return key
+
+    def _ensure(self, table: str, columns: tuple[tuple[str, str], ...], key: tuple[str, ...]) -> None:
+        from psycopg import sql
+
+        with self.connect() as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            existing = self._existing_columns(conn, table)
+            if existing is None:
+                definition = sql.SQL(", ").join(
+                    [
+                        sql.SQL("{} {} NOT NULL" if name in key else "{} {}").format(
+                            sql.Identifier(name), sql.SQL(kind)
+                        )
+                        for name, kind in columns
+                    ]
+                    + [sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in key))]
+                )
+                conn.execute(
+                    sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                        sql.Identifier(self.schema, table), definition
+                    )
+                )
+                log.info("sink: created table %s.%s, primary key (%s)", self.schema, table, ", ".join(key))
+                return
+            problem = _incompatibility(existing, self._primary_key(conn, table), columns, key)
+            if problem:
+                raise ValueError(
+                    f"sink table {self.schema}.{table} exists with incompatible columns: {problem}"
+                )
+
+    def _existing_columns(
+        self, conn: psycopg.Connection[Any], table: str
+    ) -> dict[str, tuple[str, bool]] | None:
+        """{column: (type, required)} of an existing table, None when there is no table."""
+        relation = conn.execute(
+            "SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (self.schema, table),
+        ).fetchone()
+        if relation is None:
+            return None
+        if relation[1] not in ("r", "p"):
+            raise ValueError(
+                f"sink table {self.schema}.{table} exists but is not a table (relkind {relation[1]!r})"
+            )
+        rows = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull AND NOT atthasdef FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (relation[0],),
+        ).fetchall()
+        return {name: (kind, required) for name, kind, required in rows}
+
+    def _primary_key(self, conn: psycopg.Connection[Any], table: str) -> tuple[str, ...]:
+        rows = conn.execute(
+            "SELECT a.attname FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE n.nspname = %s AND c.relname = %s AND i.indisprimary ORDER BY k.ord",
+            (self.schema, table),
+        ).fetchall()
+        return tuple(row[0] for row in rows)
+
+    def _ensure_batches_table(self) -> None:
+        from psycopg import sql
+
+        if self._batches_table_ready:
+            return
+        with self.connect() as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (query text NOT NULL, batch_id bigint NOT NULL, "
+                    "tables jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+                    "PRIMARY KEY (query, batch_id))"
+                ).format(sql.Identifier(self.schema, BATCHES_TABLE))
+            )
+        self._batches_table_ready = True
+
+    # --- writes -------------------------------------------------------------------------------------
+
+    def write(
+        self,
+        frame: DataFrame,
+        table: str,
+        key: Sequence[str],
+        batch_id: int | None = None,
+        query: str | None = None,
+    ) -> TableWrite:
+        """Upsert `frame` into `table` keyed by `key`; with `batch_id`, exactly once per (query, batch_id)."""
+        output = Output(frame, table, tuple(key))
+        if batch_id is None:
+            return self.write_all([output])[0]
+        if query is None:
+            raise ValueError("query is required with batch_id: it names the stream whose batches are counted")
+        return self.write_batch([output], query=query, batch_id=batch_id)[0]
+
+    def prepare(
+        self, outputs: Sequence[Output]
+    ) -> list[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]]:
+        """Validate and create or check every table first, so a bad table fails before anything is written."""
+        specs = []
+        for output in outputs:
+            key = self._key(output.frame.schema, output.table, output.key)
+            columns = table_columns(output.frame.schema)
+            if (output.table, columns, key) not in self._prepared:
+                self._ensure(output.table, columns, key)
+                self._prepared.add((output.table, columns, key))
+            specs.append((output.table, columns, key))
+        return specs
+
+    def write_all(self, outputs: Sequence[Output]) -> list[TableWrite]:
+        """Batch mode: each table in its own Spark job, each task one COPY + upsert transaction.
+
+        A target that is empty (a first load) is loaded in bulk instead: tasks COPY into staging
+        tables, then one transaction inserts everything and builds the primary key once, by sort,
+        which is several times faster than maintaining it row by row. All or nothing, as before.
+        """
+        results = []
+        for output, (table, columns, key) in zip(outputs, self.prepare(outputs)):
+            started = time.perf_counter()
+            bulk = self._is_empty(table)
+            prefix = f"{STAGE_PREFIX}{secrets.token_hex(5)}" if bulk else ""
+            task = CopyTask(self._conninfo, self.schema, table, columns, key, STAGE if bulk else UPSERT, prefix,
+                            fail_after_copy=self.inject_failure_after_copy)
+            try:
+                reports = self._run_tasks(output.frame, task)
+                partitions = sorted(r[0] for r in reports if r[1])
+                changed = sum(r[2] for r in reports)
+                if bulk:
+                    with self._statement_errors(table), self.connect() as conn:
+                        names = tuple(c for c, _ in columns)
+                        changed = self._move_stages(conn, table, prefix, names, key, partitions, bulk=True)
+            finally:
+                if bulk:
+                    self._drop_stages(prefix)
+            result = TableWrite(
+                table=table,
+                rows=sum(r[1] for r in reports),
+                changed=changed,
+                tasks=len(partitions),
+                seconds=round(time.perf_counter() - started, 3),
+            )
+            log.info("sink: %s.%s upserted %d rows (%d changed) from %d tasks in %.2f s%s", self.schema, table,
+                     result.rows, result.changed, result.tasks, result.seconds, " (bulk load)" if bulk else "")
+            results.append(result)
+        return results
+
+    def _is_empty(self, table: str) -> bool:
+        from psycopg import sql
+
+        with self.connect() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(sql.Identifier(self.schema, table))
+            ).fetchone()
+        return bool(row and row[0])
+
+    @contextmanager
+    def _statement_errors(self, table: str) -> Iterator[None]:
+        """A failed statement on the driver (a duplicate key in the frame, a lost server) as one SinkError."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise SinkError(
+                f"sink {self.display_url}: writing {self.schema}.{table} failed: {self.redact(_first_line(exc))}"
+            ) from None
+
+    def _move_stages(
+        self,
+        conn: psycopg.Connection[Any],
+        table: str,
+        prefix: str,
+        names: tuple[str, ...],
+        key: tuple[str, ...],
+        partitions: list[int],
+        bulk: bool = False,
+    ) -> int:
+        """Staged rows into the target inside `conn`'s transaction; returns the rows inserted or changed.
+
+        `bulk` (an empty target): drop the primary key, insert, and add it back, so the index is
+        built once; if the key cannot be dropped (a foreign key needs it), upsert as usual.
+        """
+        import psycopg
+        from psycopg import sql
+
+        if not partitions:
+            return 0
+        stages = [sql.Identifier(self.schema, stage_name(prefix, p)) for p in partitions]
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in names)
+        union = sql.SQL(" UNION ALL ").join(sql.SQL("SELECT {} FROM {}").format(columns, s) for s in stages)
+        target = sql.Identifier(self.schema, table)
+        changed = -1
+        if bulk:
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
+            still_empty = conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(target)).fetchone()
+            constraint = conn.execute(
+                "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+                (target.as_string(conn),),
+            ).fetchone()
+            if still_empty and still_empty[0] and constraint:
+                pk = sql.Identifier(constraint[0])
+                try:
+                    with conn.transaction():
+                        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(target, pk))
+                        changed = conn.execute(
+                            sql.SQL("INSERT INTO {} ({}) {}").format(target, columns, union)
+                        ).rowcount
+                        conn.execute(
+                            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
+                                target, pk, sql.SQL(", ").join(sql.Identifier(k) for k in key)
+                            )
+                        )
+                except psycopg.errors.DependentObjectsStillExist:
+                    changed = -1
+        if changed < 0:
+            source = sql.SQL("({}) AS staged ORDER BY {}").format(
+                union, sql.SQL(", ").join(sql.Identifier(k) for k in key)
+            )
+            changed = conn.execute(upsert_statement(self.schema, table, source, names, key)).rowcount
+        for stage in stages:
+            conn.execute(sql.SQL("DROP TABLE {}").format(stage))
+        return max(changed, 0)
+
+    def write_batch(self, outputs: Sequence[Output], query: str, batch_id: int) -> list[TableWrite]:
+        """Stream mode: every table of one micro-batch and its `rebalancer_batches` row commit together."""
+        from psycopg import sql
+
+        if not isinstance(query, str) or not query:
+            raise ValueError(f"query must be a non-empty string, got {query!r}")
+        if not isinstance(batch_id, int) or batch_id < 0:
+            raise ValueError(f"batch_id must be an int >= 0, got {batch_id!r}")
+        started = time.perf_counter()
+        specs = self.prepare(outputs)
+        self._ensure_batches_table()
+        recorded = self._recorded(query, batch_id)
+        if recorded is not None:
+            log.info("sink: batch %d of query %s already committed, skipping", batch_id, query)
+            return [
+                TableWrite(table, int(recorded.get(table, {}).get("rows", 0)), 0, 0, 0.0, skipped=True)
+                for table, _, _ in specs
+            ]
+        prefix = _stage_prefix(query, batch_id)
+        self._drop_stages(_stage_prefix(query, None))  # leftovers of an attempt that crashed before its commit
+        staged: list[tuple[str, tuple[str, ...], tuple[str, ...], list[int], int, float]] = []
+        for index, (output, (table, columns, key)) in enumerate(zip(outputs, specs)):
+            table_started = time.perf_counter()
+            task = CopyTask(
+                self._conninfo,
+                self.schema,
+                table,
+                columns,
+                key,
+                STAGE,
+                f"{prefix}_{index}",
+                fail_after_copy=self.inject_failure_after_copy,
+            )
+            reports = self._run_tasks(output.frame, task)
+            partitions = sorted(r[0] for r in reports if r[1])
+            staged.append(
+                (
+                    f"{prefix}_{index}",
+                    tuple(c for c, _ in columns),
+                    key,
+                    partitions,
+                    sum(r[1] for r in reports),
+                    time.perf_counter() - table_started,
+                )
+            )
+        results: list[TableWrite] = []
+        with self._statement_errors(", ".join(t for t, _, _ in specs)), self.connect() as conn:
+            claimed = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (query, batch_id, tables) VALUES (%s, %s, '{{}}') "
+                    "ON CONFLICT (query, batch_id) DO NOTHING RETURNING 1"
+                ).format(sql.Identifier(self.schema, BATCHES_TABLE)),
+                (query, batch_id),
+            ).fetchone()
+            if claimed is None:  # committed by another attempt since we looked
+                conn.rollback()
+                self._drop_stages(prefix)
+                return self.write_batch(outputs, query, batch_id)
+            for (table, _, _), (stage_prefix, names, key, partitions, copied, seconds) in zip(specs, staged):
+                move_started = time.perf_counter()
+                changed = self._move_stages(conn, table, stage_prefix, names, key, partitions)
+                results.append(
+                    TableWrite(
+                        table,
+                        copied,
+                        changed,
+                        len(partitions),
+                        round(seconds + time.perf_counter() - move_started, 3),
+                    )
+                )
+            conn.execute(
+                sql.SQL("UPDATE {} SET tables = %s WHERE query = %s AND batch_id = %s").format(
+                    sql.Identifier(self.schema, BATCHES_TABLE)
+                ),
+                (
+                    json.dumps({r.table: {"rows": r.rows, "changed": r.changed} for r in results}),
+                    query,
+                    batch_id,
+                ),
+            )
+        log.info(
+            "sink: batch %d of query %s committed (%s) in %.2f s",
+            batch_id,
+            query,
+            ", ".join(f"{r.table} {r.rows}" for r in results),
+            time.perf_counter() - started,
+        )
+        return results
+
+    def committed_batches(self, query: str) -> list[int]:
+        """Batch ids of `query` committed so far, ascending."""
+        from psycopg import sql
+
+        self._ensure_batches_table()
+        with self.connect() as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT batch_id FROM {} WHERE query = %s ORDER BY batch_id").format(
+                    sql.Identifier(self.schema, BATCHES_TABLE)
+                ),
+                (query,),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def _recorded(self, query: str, batch_id: int) -> dict[str, Any] | None:
+        from psycopg import sql
+
+        with self.connect() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT tables FROM {} WHERE query = %s AND batch_id = %s").format(
+                    sql.Identifier(self.schema, BATCHES_TABLE)
+                ),
+                (query, batch_id),
+            ).fetchone()
+        return None if row is None else dict(row[0])
+
+    def _drop_stages(self, prefix: str) -> None:
+        from psycopg import sql
+
+        pattern = prefix.replace("_", r"\_") + "%"
+        with self.connect() as conn:
+            names = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE %s",
+                (self.schema, pattern),
+            ).fetchall()
+            for (name,) in names:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.schema, name)))
+
+    def _run_tasks(self, frame: DataFrame, task: CopyTask) -> list[tuple[int, int, int]]:
+        """Run `task` on every partition of `frame`; a failed task fails the write with one redacted line."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        try:
+            rows = frame.mapInArrow(task, RESULT_SCHEMA).collect()
+        except (PySparkException, Py4JJavaError) as exc:
+            raise SinkError(
+                f"sink {self.display_url}: writing {self.schema}.{task.table} failed: {self.redact(_python_error(exc))}"
+            ) from None
+        return [(int(r["partition"]), int(r["copied"]), int(r["changed"])) for r in rows]
+
+
+def _incompatibility(
+    existing: dict[str, tuple[str, bool]],
+    existing_key: tuple[str, ...],
+    columns: tuple[tuple[str, str], ...],
+    key: tuple[str, ...],
+) -> str | None:
+    for name, kind in columns:
+        if name not in existing:
+            return f"column {name!r} is missing"
+        if existing[name][0] != kind:
+            return f"column {name!r} is {existing[name][0]}, expected {kind}"
+    wanted = {name for name, _ in columns}
+    for name, (_, required) in existing.items():
+        if required and name not in wanted:
+            return f"column {name!r} is NOT NULL without a default and the frame has no such column"
+    if set(existing_key) != set(key):
+        found = ", ".join(existing_key) or "none"
+        return f"primary key is ({found}), expected ({', '.join(key)})"
+    return None
+
+
+def _stage_prefix(query: str, batch_id: int | None) -> str:
+    digest = hashlib.sha256(query.encode()).hexdigest()[:10]
+    return f"{STAGE_PREFIX}{digest}_" + ("" if batch_id is None else f"{batch_id}")
+
+
+def _scheme_only(url: object) -> str:
+    """What a rejected URL looked like, without anything that may be a password."""
+    if not isinstance(url, str):
+        return type(url).__name__
+    head, sep, _ = url.partition("://")
+    return f"{head}://…" if sep else "…"
+
+
+def _display_url(params: dict[str, Any]) -> str:
+    host = params.get("host") or "localhost"
+    port = params.get("port")
+    user = params.get("user")
+    database = params.get("dbname") or ""
+    where = f"{host}:{port}" if port else str(host)
+    return f"postgresql://{user + '@' if user else ''}{where}/{database}"
+
+
+def _redacted_text(text: str, *secrets: str) -> str:
+    """Blank out each secret and any `password=` value or `user:password@` pair in `text`."""
+    for secret in secrets:
+        for form in {secret, quote(secret, safe="")} if secret else ():
+            text = text.replace(form, "***")
+    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
+    return re.sub(r"(postgres(?:ql)?://[^:/@\s]+):[^@\s]+@", r"\1:***@", text)
+
+
+def _python_error(exc: BaseException) -> str:
+    """The Python exception line inside a Spark task failure, else the error's first line."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[\w.]+(Error|Exception|Failure): ", line):
+            return line[:500]
+    return _first_line(exc)[:500]

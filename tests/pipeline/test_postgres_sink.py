@@ -1,0 +1,204 @@
+"""PostgresSink on its own: upserts, a failed task, stream batches exactly once, bad tables and bad URLs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rebalancer.pipeline.sinks import Output, PostgresSink, SinkError
+from rebalancer.pipeline.sinks.outputs import with_row_key
+from rebalancer.pipeline.sinks.postgres import pg_type
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+ROWS = 1000
+
+
+def _frame(spark, rows: int = ROWS, bump: int = 0, partitions: int = 2):
+    """k1, k2 (the key), ts, v, note: `bump` changes v on the rows whose id is below it."""
+    from pyspark.sql import functions as F
+
+    ids = spark.range(rows)
+    return ids.select(
+        (F.col("id") % 7).cast("string").alias("k1"),
+        F.col("id").alias("k2"),
+        F.timestamp_seconds(F.col("id") * 60).alias("ts"),
+        F.when(F.col("id") < bump, F.col("id") * 2.5 + 1).otherwise(F.col("id") * 2.5).alias("v"),
+        F.when(F.col("id") % 3 == 0, None).when(F.col("id") % 3 == 1, F.lit("")).otherwise(F.lit('a "q", b')).alias("note"),
+    ).repartition(partitions)
+
+
+def _table(conn, schema: str, table: str) -> list[tuple]:
+    return conn.execute(f'SELECT * FROM "{schema}"."{table}" ORDER BY k1, k2').fetchall()
+
+
+def _primary_key(conn, schema: str, table: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(n, o) ON true "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n "
+        "WHERE i.indrelid = %s::regclass AND i.indisprimary ORDER BY k.o",
+        (f'"{schema}"."{table}"',),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_created_table_has_the_spark_types_and_the_key_and_a_rerun_changes_nothing(spark, postgres, pg_schema, pg_connect):
+    sink = PostgresSink(postgres.url, schema=pg_schema)
+    first = sink.write(_frame(spark), table="t", key=["k1", "k2"])
+    assert (first.rows, first.changed, first.tasks) == (ROWS, ROWS, 2)
+    columns = pg_connect.execute(
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = 't' ORDER BY ordinal_position",
+        (pg_schema,),
+    ).fetchall()
+    assert columns == [
+        ("k1", "text", "NO"),
+        ("k2", "bigint", "NO"),
+        ("ts", "timestamp with time zone", "YES"),
+        ("v", "double precision", "YES"),
+        ("note", "text", "YES"),
+    ]
+    assert _primary_key(pg_connect, pg_schema, "t") == ["k1", "k2"]
+    before = _table(pg_connect, pg_schema, "t")
+    assert len(before) == ROWS
+    # NULL, '' and text with quotes and commas come through COPY as they were.
+    notes = {row[1]: row[4] for row in before}
+    assert (notes[0], notes[1], notes[2]) == (None, "", 'a "q", b')
+    assert before[0][3] == 0.0 and str(before[0][2]) == "1970-01-01 00:00:00+00:00"
+
+    again = sink.write(_frame(spark), table="t", key=["k1", "k2"])
+    assert (again.rows, again.changed) == (ROWS, 0)
+    assert _table(pg_connect, pg_schema, "t") == before
+
+    bumped = sink.write(_frame(spark, bump=10), table="t", key=["k1", "k2"])
+    assert (bumped.rows, bumped.changed) == (ROWS, 10)
+    after = {(r[0], r[1]): r[3] for r in _table(pg_connect, pg_schema, "t")}
+    assert len(after) == ROWS
+    assert after[("3", 3)] == 3 * 2.5 + 1 and after[("3", 10)] == 10 * 2.5
+
+
+def test_a_task_failing_after_copy_leaves_the_target_untouched(spark, postgres, pg_schema, pg_connect):
+    PostgresSink(postgres.url, schema=pg_schema).write(_frame(spark), table="t", key=["k1", "k2"])
+    before = _table(pg_connect, pg_schema, "t")
+    failing = PostgresSink(postgres.url, schema=pg_schema, inject_failure_after_copy=True)
+    with pytest.raises(SinkError) as error:
+        failing.write(_frame(spark, bump=ROWS), table="t", key=["k1", "k2"])
+    copied = int(re.search(r"injected failure after COPY of (\d+) rows", str(error.value)).group(1))
+    assert copied > 0  # the staging table held rows when the task failed
+    assert postgres._password not in str(error.value)
+    assert _table(pg_connect, pg_schema, "t") == before
+
+
+def _count(conn, schema: str, table: str) -> int:
+    return conn.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchone()[0]
+
+
+def _stage_tables(conn, schema: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE '\\_rebalancer\\_stage%%'", (schema,)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_stream_batch_commits_all_its_tables_once_and_a_replay_is_skipped(spark, postgres, pg_schema, pg_connect):
+    outputs = [Output(_frame(spark), "a", ("k1", "k2")), Output(_frame(spark, rows=300), "b", ("k1", "k2"))]
+    failing = PostgresSink(postgres.url, schema=pg_schema, inject_failure_after_copy=True)
+    with pytest.raises(SinkError, match="injected failure after COPY"):
+        failing.write_batch(outputs, query="q", batch_id=0)
+    assert _count(pg_connect, pg_schema, "a") == _count(pg_connect, pg_schema, "b") == 0
+    assert failing.committed_batches("q") == []
+
+    sink = PostgresSink(postgres.url, schema=pg_schema)
+    first = sink.write_batch(outputs, query="q", batch_id=0)
+    assert [(w.table, w.rows, w.changed, w.skipped) for w in first] == [("a", ROWS, ROWS, False), ("b", 300, 300, False)]
+    assert _stage_tables(pg_connect, pg_schema) == []  # the failed attempt's staging tables are gone too
+
+    # A replay of batch 0 (a crash before Spark's commit) writes nothing, even with other rows.
+    replay = sink.write_batch([Output(_frame(spark, bump=ROWS), "a", ("k1", "k2")), outputs[1]], query="q", batch_id=0)
+    assert [(w.table, w.rows, w.skipped) for w in replay] == [("a", ROWS, True), ("b", 300, True)]
+    assert {r[3] for r in _table(pg_connect, pg_schema, "a")} == {i * 2.5 for i in range(ROWS)}
+    assert (_count(pg_connect, pg_schema, "a"), _count(pg_connect, pg_schema, "b")) == (ROWS, 300)
+
+    # Batch 1 and another query's batch 0 are new.
+    assert sink.write(_frame(spark, bump=5), "a", ["k1", "k2"], batch_id=1, query="q").changed == 5
+    assert sink.write(_frame(spark), "a", ["k1", "k2"], batch_id=0, query="other").skipped is False
+    assert sink.committed_batches("q") == [0, 1]
+    recorded = pg_connect.execute(
+        f'SELECT tables FROM "{pg_schema}".rebalancer_batches WHERE query = %s AND batch_id = 0', ("q",)
+    ).fetchone()[0]
+    assert recorded == {"a": {"rows": ROWS, "changed": ROWS}, "b": {"rows": 300, "changed": 300}}
+    with pytest.raises(ValueError, match="query is required with batch_id"):
+        sink.write(_frame(spark), "a", ["k1", "k2"], batch_id=2)
+
+
+def test_an_existing_table_with_other_columns_or_key_is_refused(spark, postgres, pg_schema, pg_connect):
+    pg_connect.execute(f'CREATE SCHEMA "{pg_schema}"')
+    pg_connect.execute(f'CREATE TABLE "{pg_schema}".wrong_type (k1 text, k2 bigint, ts timestamptz, v text, note text, '
+                       "PRIMARY KEY (k1, k2))")
+    pg_connect.execute(f'CREATE TABLE "{pg_schema}".wrong_key (k1 text, k2 bigint, ts timestamptz, v float8, '
+                       "note text, PRIMARY KEY (k2))")
+    pg_connect.execute(f'CREATE TABLE "{pg_schema}".missing (k1 text, k2 bigint, PRIMARY KEY (k1, k2))')
+    pg_connect.execute(f'CREATE TABLE "{pg_schema}".extra (k1 text, k2 bigint, ts timestamptz, v float8, note text, '
+                       "added text, PRIMARY KEY (k1, k2))")
+    sink = PostgresSink(postgres.url, schema=pg_schema)
+    frame = _frame(spark, rows=10)
+    cases = {
+        "wrong_type": "column 'v' is text, expected double precision",
+        "wrong_key": "primary key is (k2), expected (k1, k2)",
+        "missing": "column 'ts' is missing",
+    }
+    for table, problem in cases.items():
+        with pytest.raises(ValueError) as error:
+            sink.write(frame, table, ["k1", "k2"])
+        assert str(error.value) == f"sink table {pg_schema}.{table} exists with incompatible columns: {problem}"
+    assert sink.write(frame, "extra", ["k1", "k2"]).rows == 10  # a nullable extra column is fine
+    with pytest.raises(ValueError, match="key column 'nope' is not a column of the frame for 't'"):
+        sink.write(frame, "t", ["k1", "nope"])
+
+
+def test_connection_errors_and_repr_never_show_the_password(postgres):
+    password = postgres._password
+    wrong = postgres.url.replace(password, "Wr0ng-s3cret-pw")
+    with pytest.raises(ValueError) as error:
+        PostgresSink(wrong).check()
+    assert "password authentication failed" in str(error.value)
+    assert "Wr0ng-s3cret-pw" not in str(error.value)
+
+    unreachable = f"postgresql://u:{password}@127.0.0.1:1/db"
+    sink = PostgresSink(unreachable)
+    assert password not in repr(sink) and repr(sink) == "PostgresSink('postgresql://u@127.0.0.1:1/db', schema='rebalancer')"
+    with pytest.raises(ValueError) as error:
+        sink.check()
+    message = str(error.value)
+    assert message.startswith("sink postgresql://u@127.0.0.1:1/db: cannot connect: ") and "\n" not in message
+    assert password not in message
+
+    with pytest.raises(ValueError) as error:
+        PostgresSink(f"mysql://u:{password}@h/db")
+    assert str(error.value) == "sink must be a postgresql://user:password@host:port/database URL, got 'mysql://…'"
+    with pytest.raises(ValueError, match="sink schema must be 1 to 63 bytes"):
+        PostgresSink(postgres.url, schema="")
+    assert sink.redact(f"x password={password} y {unreachable}") == "x password=*** y postgresql://u:***@127.0.0.1:1/db"
+
+
+def test_quarantine_row_key_keeps_duplicates_and_tells_null_from_empty(spark):
+    rows = [("1", "t", "e", "abc", "value_not_numeric")] * 2 + [
+        ("1", "t", "", None, "value_missing"),
+        ("1", "t", None, "", "value_missing"),
+    ]
+    frame = spark.createDataFrame(rows, "ts string, type string, entity string, value string, reason string")
+    keyed = sorted(with_row_key(frame).collect(), key=lambda r: (r["entity"] is None, r["occurrence"]))
+    assert [r["occurrence"] for r in keyed] == [1, 1, 2, 1]
+    assert len({r["row_key"] for r in keyed}) == 4 and all(len(r["row_key"]) == 64 for r in keyed)
+    again = {r["row_key"] for r in with_row_key(frame.repartition(3)).collect()}
+    assert again == {r["row_key"] for r in keyed}  # stable across runs and partitionings
+
+
+def test_spark_types_map_to_postgres_types():
+    from pyspark.sql import types as T
+
+    assert pg_type("d", T.DecimalType(12, 3)) == "numeric(12,3)"
+    assert pg_type("n", T.TimestampNTZType()) == "timestamp without time zone"
+    assert pg_type("b", T.ByteType()) == "smallint"
+    with pytest.raises(ValueError, match="column 'a' has type array<int>, which the PostgreSQL sink cannot store"):
+        pg_type("a", T.ArrayType(T.IntegerType()))
