@@ -7,9 +7,13 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer.pipeline.generate import FORMATS, GenerateConfig
+
+if TYPE_CHECKING:
+    from rebalancer.pipeline.ingest import InputSpec
+    from rebalancer.pipeline.kafka.telemetry import KafkaInput
 
 DEFAULT_INPUT = Path("data/telemetry")
 DEFAULT_OUTPUT = Path("out")
@@ -297,8 +301,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(spec, "embedded", False):
             from rebalancer.pipeline.kafka.telemetry import embedded_input
 
-            with console.status(f"starting an embedded Kafka cluster and producing a sample to {spec.topic}"):
-                spec = embedded.enter_context(embedded_input(spec, DEFAULT_SAMPLE))
+            # a KafkaInput has every field the run reads from an InputSpec (duck-typed through the run)
+            topic_spec = cast("KafkaInput", spec)
+            with console.status(f"starting an embedded Kafka cluster and producing a sample to {topic_spec.topic}"):
+                spec = cast("InputSpec", embedded.enter_context(embedded_input(topic_spec, DEFAULT_SAMPLE)))
         if sink is not None:
             # A table with other columns fails here, before any work.
             prepare_sink(sink, spark, stream=args.stream)

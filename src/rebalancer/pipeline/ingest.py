@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.types import StructType
 
+    from rebalancer.pipeline.kafka.telemetry import KafkaInput
+
 REQUIRED_COLUMNS = ("ts", "type", "entity", "value")
 EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 FORMATS = ("parquet", "csv", "jsonl")
@@ -307,14 +309,16 @@ def _csv_reader(spark: SparkSession, schema: StructType) -> DataFrameReader:
     return reader
 
 
-def read_raw(spark: SparkSession, spec: InputSpec) -> DataFrame:
+def read_raw(spark: SparkSession, spec: InputSpec | KafkaInput) -> DataFrame:
     """The input with the four contract columns, in their source types."""
     from pyspark.sql import functions as F
 
     if spec.format == "kafka":
         from rebalancer.pipeline.kafka.telemetry import read_kafka_raw
 
+        assert not isinstance(spec, InputSpec)  # format "kafka" is a KafkaInput
         return read_kafka_raw(spark, spec)
+    assert isinstance(spec, InputSpec)
     if spec.format == "parquet":
         return _to_contract(spark.read.parquet(spark_path(spec.path)), spec)
     if spec.format == "jsonl":
@@ -337,7 +341,7 @@ def read_raw(spark: SparkSession, spec: InputSpec) -> DataFrame:
     return reduce(lambda left, right: left.unionAll(right), frames)
 
 
-def read_stream(spark: SparkSession, spec: InputSpec, files_per_batch: int) -> DataFrame:
+def read_stream(spark: SparkSession, spec: InputSpec | KafkaInput, files_per_batch: int) -> DataFrame:
     """The streaming file source over the input directory, with the four contract columns.
 
     Files arriving later must share the first files' columns: CSV headers are checked by Spark
@@ -349,14 +353,16 @@ def read_stream(spark: SparkSession, spec: InputSpec, files_per_batch: int) -> D
     if spec.format == "kafka":
         from rebalancer.pipeline.kafka.telemetry import read_kafka_stream
 
+        assert not isinstance(spec, InputSpec)  # format "kafka" is a KafkaInput
         return read_kafka_stream(spark, spec)
+    assert isinstance(spec, InputSpec)
     path = spark_path(spec.path)
     if spec.format == "parquet":
         schema = _to_contract(spark.read.parquet(path), spec).schema
-        frame = spark.readStream.schema(_source_schema(spec, schema)).option(
+        parquet = spark.readStream.schema(_source_schema(spec, schema)).option(
             "maxFilesPerTrigger", files_per_batch
         )
-        return _to_contract(frame.parquet(path), spec)
+        return _to_contract(parquet.parquet(path), spec)
     reader = spark.readStream.option("maxFilesPerTrigger", files_per_batch)
     if spec.format == "jsonl":
         sources = [spec.columns[name] for name in REQUIRED_COLUMNS]

@@ -82,11 +82,11 @@ def pipeline_conf(spark: SparkSession) -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
+        for key, previous in saved.items():
+            if previous is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, previous)
 
 
 def _local_cores(master: str) -> int:

@@ -313,6 +313,7 @@ class _QuietStop:
     def _set_jvm(self, level: str) -> None:
         try:
             jvm = self.spark.sparkContext._jvm
+            assert jvm is not None
             levels = jvm.org.apache.logging.log4j.Level
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
                 self.JVM_LOGGER, getattr(levels, level)
@@ -385,7 +386,7 @@ def _run_stream(
     query = writer.start()
     try:
         while query.isActive:
-            if query.awaitTermination(0.5):
+            if query.awaitTermination(1):
                 break
         query.awaitTermination()
     except StreamingQueryException:

@@ -592,7 +592,7 @@ def _read_round(
                 error = message.error()
                 if error is None:
                     offset = message.offset()
-                    if offset < next_offset[partition]:
+                    if offset is None or offset < next_offset[partition]:
                         continue  # fetched before a re-assignment that went back
                     if offset >= end[partition]:
                         finish(partition)
@@ -602,7 +602,8 @@ def _read_round(
                     if offset >= end[partition] - 1:
                         finish(partition)
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    if message.offset() >= end[partition]:
+                    eof = message.offset()
+                    if eof is not None and eof >= end[partition]:
                         finish(partition)
                 elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                     _skip_lost(consumer, options, partition, next_offset, end, finish)
@@ -805,7 +806,7 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         parse_options(options, streaming=None)  # fail at load(), naming the option, not in a task
 
