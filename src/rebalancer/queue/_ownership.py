@@ -65,10 +65,6 @@ class OwnershipTable:
         `owner[p]` per partition: this list may be one change behind)."""
         return self._scans[worker]
 
-    def owned(self, worker: int) -> list[int]:
-        with self._cond:
-            return [p for p, o in enumerate(self.owner) if o == worker]
-
     def counts(self) -> dict[int, int]:
         with self._cond:
             out: dict[int, int] = {}

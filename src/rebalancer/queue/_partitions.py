@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rebalancer.queue._counter import Counter
-from rebalancer.queue._ownership import DRAIN_CONTEXT, UNOWNED, OwnershipTable
+from rebalancer.queue._ownership import DRAIN_CONTEXT, OwnershipTable
 from rebalancer.queue.selectors import PartitionSelector, as_partition
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,3 @@ class Partitions:
         """Everything in partition `p`, oldest first (popleft in C, n times)."""
         part = self.deques[p]
         return list(itertools.starmap(part.popleft, itertools.repeat((), len(part))))
-
-    def unowned(self) -> list[int]:
-        return [p for p, o in enumerate(self.table.owner) if o == UNOWNED]
