@@ -6,6 +6,9 @@ Settings, each run with both partitionings on the same input and the same SparkS
 - partitions == 64: the measured task seconds, list-scheduled onto 64 cores, project a cluster's
   makespan (on this machine 64 tasks queue on few cores, which hides the straggler).
 
+`--master spark://HOST:PORT` runs it on a standalone cluster (`--ship` sends the package to executors
+whose Python lacks it); the settings follow the cluster's cores.
+
 Last line: RESULT events_per_s_weighted=… wall_ratio_weighted_vs_hash=… skew_ratio_hash=…
 skew_ratio_weighted=… projected_makespan_ratio_64=…
 """
@@ -19,12 +22,14 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from rebalancer.pipeline.batch import run_batch
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.ingest import inspect_input
 from rebalancer.pipeline.session import build_session
+from rebalancer.pipeline.ship import shipped
 
 PROJECTED_CORES = 64
 
@@ -94,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=60, help="time span of the events")
     parser.add_argument("--partitions", type=int, default=16, help="the skew setting")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode and setting (best wall counts)")
-    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--master", default="local[*]", help="any Spark master, e.g. spark://127.0.0.1:7077")
+    parser.add_argument("--ship", action="store_true", help="ship the rebalancer package to the executors")
     parser.add_argument("--group-cost", type=int, default=0, help="weighted plan: rows-equivalent per handler call")
     parser.add_argument("--data", type=Path, default=None, help="where to cache the generated input")
     args = parser.parse_args(argv)
@@ -113,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     spec = inspect_input(data)
     spark = build_session(master=args.master, app_name="rebalancer-bench")
     cores = spark.sparkContext.defaultParallelism
+    print(f"master {spark.sparkContext.master}, {cores} cores", flush=True)
     work = Path(tempfile.mkdtemp(prefix="rebalancer-bench-out-"))
+    stack = ExitStack()
     try:
+        if args.ship:
+            stack.enter_context(shipped(spark))
         # Warm-up: JIT, Python workers, file cache; not measured.
         run_batch(spark, spec, work / "warmup", "hash", cores, report=False)
         results: dict[tuple[str, int], dict] = {}
@@ -128,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[(partitioning, partitions)] = row
                 show(row)
     finally:
+        stack.close()
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
 

@@ -16,6 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 
 import rebalancer
+from rebalancer._extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("balance", "queue", "consumers", "shedding", "pipeline", "produce", "testing", "cli")
@@ -35,6 +36,24 @@ BLOCKER = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Blocker())
+""")
+
+# The core at work: a plan, a partitioned queue's assignment, a BatchQueue draining 100 items.
+CORE_USE = textwrap.dedent("""
+    from rebalancer.balance import plan_rebalance
+    from rebalancer.consumers import PartitionedQueue
+    from rebalancer.queue import BatchQueueConfig, BatchQueueManager, ThreadPolicy
+
+    assert sorted(plan_rebalance([5, 3, 2], [0, 0, 0], 2).load_after) == [5, 5]
+    pq = PartitionedQueue(7, rebalance_delay_s=0.0)
+    pq.bind("c1", now=0.0)
+    assert pq.poll(now=0.0) and pq.assignment == {"c1": list(range(7))}
+    seen = []
+    q = BatchQueueManager.create("core-only", BatchQueueConfig(threads=ThreadPolicy.fixed(1)))
+    q.add_handler(int, seen.extend)
+    assert all(q.produce(i) for i in range(100))
+    BatchQueueManager.shutdown("core-only")
+    assert sorted(seen) == list(range(100))
 """)
 
 
@@ -66,30 +85,44 @@ def test_the_wheel_carries_types_license_and_the_extras(wheel: Path):
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
     assert metadata["License-Expression"] == "Apache-2.0"
     extras = set(metadata.get_all("Provides-Extra"))
-    assert {"all", "dev", "kafka", "plots", "spark"} <= extras
+    assert extras == {"all", "dev", "kafka", "plots", "spark", "postgres", "cli", "pulsar"}
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
-    assert sorted(r.name for r in requires if r.marker is None) == ["javaproperties", "numpy", "rich"]
+    assert sorted(r.name for r in requires if r.marker is None) == ["numpy"]
     by_extra = {e: {r.name for r in requires if r.marker is not None and r.marker.evaluate({"extra": e})}
-                for e in ("spark", "kafka", "plots", "all")}
-    assert by_extra["spark"] == {"pyspark", "pandas", "pyarrow", "matplotlib"}
+                for e in extras}
+    assert by_extra["spark"] >= {"pyspark", "pandas", "pyarrow", "matplotlib"}  # + the Spark Connect client
     assert by_extra["kafka"] == {"aiokafka", "confluent-kafka"}
     assert by_extra["plots"] == {"matplotlib"}
+    assert by_extra["postgres"] == {"psycopg", "pgpq"}
+    assert by_extra["cli"] == {"rich"}
+    assert by_extra["pulsar"] == {"javaproperties"}
     assert by_extra["all"] == {"rebalancer"}
+    # Each extra installs what rebalancer._extras checks for it (module names, as imported).
+    for extra, modules in EXTRAS.items():
+        assert {m.replace("_", "-") for m in modules} <= by_extra[extra], extra
     (everything,) = [r for r in requires if r.name == "rebalancer"]
     assert everything.extras == extras - {"all", "dev"}  # [all] is every extra but the developers' tools
 
 
-def test_the_wheel_installs_into_a_fresh_venv_and_imports_every_component(wheel: Path, tmp_path: Path):
-    venv = tmp_path / "venv"
+def fresh_venv(wheel: Path, venv: Path, dependencies: Path) -> tuple[Path, Path]:
+    """A new venv with the wheel installed and `dependencies` (a site directory) on its path; (python, site).
+
+    The dependencies are installed ones (offline), on a plain path in a .pth, so the .pth files there
+    (the editable install of the working tree) are not processed and cannot shadow the wheel.
+    """
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
-    # The dependencies come from this venv (offline); a plain path in a .pth, so its own .pth files
-    # (the editable install of the working tree) are not processed and cannot shadow the wheel.
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "deps.pth").write_text(f"{dependencies}\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
                     "--no-index", str(wheel)], check=True, capture_output=True, text=True)
+    return python, site
+
+
+def test_the_wheel_installs_into_a_fresh_venv_and_imports_every_component(wheel: Path, tmp_path: Path):
+    venv = tmp_path / "venv"
+    python, site = fresh_venv(wheel, venv, Path(sysconfig.get_paths()["purelib"]))
     probe = textwrap.dedent(f"""
         import importlib, pathlib
         for name in {COMPONENTS!r}:
@@ -106,25 +139,71 @@ def test_the_wheel_installs_into_a_fresh_venv_and_imports_every_component(wheel:
     assert version.stdout == f"rebalancer {rebalancer.__version__}\n"
 
 
-def test_the_core_needs_only_numpy_and_each_extra_is_named_when_missing():
-    probe = BLOCKER + textwrap.dedent("""
+def test_the_wheel_with_numpy_alone_runs_the_core_and_names_every_missing_extra(wheel: Path, tmp_path: Path):
+    """A core install (`pip install rebalancer`): numpy is the only other package on the path."""
+    import numpy
+
+    only_numpy = tmp_path / "only-numpy"
+    only_numpy.mkdir()
+    installed = Path(numpy.__file__).parent.parent
+    for entry in [*installed.glob("numpy"), *installed.glob("numpy.libs"), *installed.glob("numpy-*.dist-info")]:
+        (only_numpy / entry.name).symlink_to(entry)
+    venv = tmp_path / "venv"
+    python, site = fresh_venv(wheel, venv, only_numpy)
+    probe = textwrap.dedent(f"""
+        import importlib, importlib.util, pathlib, sys
+        third_party = {{"numpy", "rich", "javaproperties", "pyspark", "pandas", "pyarrow", "matplotlib",
+                       "aiokafka", "confluent_kafka", "psycopg", "pgpq"}}
+        print(sorted(m for m in third_party if importlib.util.find_spec(m) is not None))
+        for name in ("balance", "queue", "consumers", "shedding", "shedding.model", "shedding.compare"):
+            module = importlib.import_module("rebalancer." + name)
+            assert pathlib.Path(module.__file__).is_relative_to({str(site)!r}), module.__file__
+    """) + CORE_USE + textwrap.dedent("""
         from rebalancer._extras import MissingExtraError
-        from rebalancer.balance import plan_rebalance
-        from rebalancer.consumers import PartitionedQueue
-        from rebalancer.queue import BatchQueueConfig, BatchQueueManager, ThreadPolicy
+        from rebalancer.shedding import ShedderConfig
+
+        for name in ("pipeline", "produce", "testing"):
+            try:
+                importlib.import_module("rebalancer." + name)
+            except MissingExtraError as exc:
+                print(exc.extra)
+        try:
+            ShedderConfig.from_broker_conf("broker.conf")
+        except MissingExtraError as exc:
+            print(exc)
+        print(sorted(m for m in sys.modules if m.partition(".")[0] in third_party and "." not in m))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "['numpy']",
+        "spark",
+        "kafka",
+        "kafka",
+        "ShedderConfig.from_broker_conf needs javaproperties, from the 'pulsar' extra: "
+        "pip install 'rebalancer[pulsar]'",
+        "['numpy']",
+    ]
+    command = venv / "bin" / "rebalancer"
+    version = subprocess.run([command, "--version"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert (version.returncode, version.stdout) == (0, f"rebalancer {rebalancer.__version__}\n")
+    top_help = subprocess.run([command, "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert top_help.returncode == 0 and "consumers demo" in top_help.stdout, top_help.stderr
+    for component in ("queue", "pipeline"):
+        used = subprocess.run([command, component, "demo"], capture_output=True, text=True, cwd=tmp_path, env=env)
+        assert (used.returncode, used.stderr) == (2, (
+            f"rebalancer: error: rebalancer {component} needs rich, from the 'cli' extra: "
+            "pip install 'rebalancer[cli]'\n"
+        ))
+
+
+def test_the_core_needs_only_numpy_and_each_extra_is_named_when_missing():
+    probe = BLOCKER + CORE_USE + textwrap.dedent("""
+        from rebalancer._extras import MissingExtraError
         from rebalancer.shedding import AvgShedder
         from rebalancer.shedding.compare import plot_result
 
-        assert sorted(plan_rebalance([5, 3, 2], [0, 0, 0], 2).load_after) == [5, 5]
-        pq = PartitionedQueue(7, rebalance_delay_s=0.0)
-        pq.bind("c1", now=0.0)
-        assert pq.poll(now=0.0) and pq.assignment == {"c1": list(range(7))}
-        seen = []
-        q = BatchQueueManager.create("core-only", BatchQueueConfig(threads=ThreadPolicy.fixed(1)))
-        q.add_handler(int, seen.extend)
-        assert all(q.produce(i) for i in range(100))
-        BatchQueueManager.shutdown("core-only")
-        assert sorted(seen) == list(range(100))
         AvgShedder()
 
         for name in ("rebalancer.pipeline", "rebalancer.produce", "rebalancer.testing"):
@@ -173,5 +252,7 @@ def test_a_missing_extra_is_an_import_error_naming_it(monkeypatch, component, bl
 def test_an_unknown_extra_is_a_value_error():
     from rebalancer._extras import require_extra
 
-    with pytest.raises(ValueError, match="extra must be one of \\['kafka', 'plots', 'spark'\\], got 'sparks'"):
+    with pytest.raises(ValueError, match=(
+        "extra must be one of \\['cli', 'kafka', 'plots', 'postgres', 'pulsar', 'spark'\\], got 'sparks'"
+    )):
         require_extra("x", "sparks")

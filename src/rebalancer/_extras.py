@@ -6,6 +6,10 @@ extras so that a user of the BatchQueue does not install Spark:
 - ``spark``: the pipeline (pyspark, pandas, pyarrow, and matplotlib for its report);
 - ``kafka``: the batching producer and the mock cluster (aiokafka, confluent-kafka);
 - ``plots``: the shedding plots (matplotlib);
+- ``postgres``: the pipeline's PostgreSQL sink (psycopg, and pgpq for binary COPY);
+- ``cli``: the ``rebalancer`` command's sub-commands (rich prints their tables; ``--help`` and
+  ``--version`` work without it);
+- ``pulsar``: reading a Pulsar broker.conf (javaproperties);
 - ``all``: every extra.
 """
 
@@ -17,6 +21,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pandas", "pyarrow", "matplotlib"),
     "kafka": ("aiokafka", "confluent_kafka"),
     "plots": ("matplotlib",),
+    "postgres": ("psycopg", "pgpq"),
+    "cli": ("rich",),
+    "pulsar": ("javaproperties",),
 }
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 
 from rebalancer import __version__
-from rebalancer._extras import MissingExtraError
+from rebalancer._extras import MissingExtraError, require_extra
 
 EXIT_USAGE = 2
 
@@ -136,7 +136,8 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     optional extra: that component stays listed and says which extra to install when used.
 
     `load` names the components whose commands are imported (None: all of them); the others are
-    listed with their help only, so `rebalancer --help` and `--version` import no Spark or pandas.
+    listed with their help only, so `rebalancer --help` and `--version` import no Spark or pandas,
+    and work on a core install (numpy only, without the 'cli' extra).
     """
     parser = OneLineParser(prog="rebalancer", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -145,7 +146,8 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
         "--verbose",
         action="count",
         default=0,
-        help="more logging (-vv for debug); also shows Spark's and the JVM's startup output",
+        help="-v: the project's INFO logs (stages, plans, moves); -vv: its debug logs, other libraries' "
+        "INFO and Spark's and the JVM's startup output; -vvv: Py4J's debug output too",
     )
     sub = parser.add_subparsers(dest="component", metavar="COMPONENT", parser_class=OneLineParser)
     sub.required = True
@@ -154,6 +156,7 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
             sub.add_parser(name, help=help_text, description=description)
             continue
         try:
+            require_extra(f"rebalancer {name}", "cli")  # every sub-command prints with rich
             module = importlib.import_module(module_name)
         except MissingExtraError as exc:
             component = sub.add_parser(
@@ -169,14 +172,24 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     return parser
 
 
+def configure_logging(verbose: int) -> None:
+    """0: warnings; -v: our INFO (stages, plans, moves); -vv: our DEBUG and the INFO of the libraries
+    (and Spark's startup output); -vvv: everything, Py4J's line-per-call DEBUG included."""
+    root = logging.DEBUG if verbose >= 3 else logging.INFO if verbose == 2 else logging.WARNING
+    logging.basicConfig(level=root, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(root)  # also when a handler was there already (basicConfig skips)
+    ours = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.getLogger("rebalancer").setLevel(ours)
+    logging.getLogger("py4j").setLevel(logging.DEBUG if verbose >= 3 else logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The top-level options take no values, so the first other word names the component.
     component = next((word for word in argv if not word.startswith("-")), None)
     parser = build_parser(load=[component] if component else [])
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     handler = getattr(args, "func", None)
     if handler is None:
         parser.exit(EXIT_USAGE, f"rebalancer {args.component}: error: a sub-command is required\n")

@@ -1,5 +1,34 @@
-"""rebalancer.pipeline: the PySpark telemetry pipeline (needs the 'spark' extra)."""
+"""rebalancer.pipeline: the PySpark telemetry pipeline (needs the 'spark' extra).
+
+The public names below load on first use, so `import rebalancer.pipeline` stays cheap.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from rebalancer._extras import require_extra
 
 require_extra("rebalancer.pipeline", "spark")
+
+if TYPE_CHECKING:
+    from rebalancer.pipeline.apply import ApplyPlan, BalancedApply, PlanStore, TaskStats, balanced_apply
+    from rebalancer.pipeline.framework import Pipeline
+
+_PUBLIC = {
+    "ApplyPlan": "rebalancer.pipeline.apply",
+    "BalancedApply": "rebalancer.pipeline.apply",
+    "PlanStore": "rebalancer.pipeline.apply",
+    "TaskStats": "rebalancer.pipeline.apply",
+    "balanced_apply": "rebalancer.pipeline.apply",
+    "Pipeline": "rebalancer.pipeline.framework",
+}
+__all__ = ["ApplyPlan", "BalancedApply", "Pipeline", "PlanStore", "TaskStats", "balanced_apply"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rebalancer.pipeline' has no attribute {name!r}")
+    return getattr(import_module(module), name)

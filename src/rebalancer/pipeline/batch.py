@@ -14,16 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer import __version__
 from rebalancer.pipeline.dispatch import PARTITIONINGS, dispatch
+from rebalancer.pipeline.framework import route_types, run_handlers
 from rebalancer.pipeline.ingest import (
     REASONS,
     InputSpec,
     accepted_rows,
     check_output,
     classify,
+    input_name,
     quarantine_rows,
     read_raw,
 )
-from rebalancer.pipeline.session import pipeline_conf
+from rebalancer.pipeline.paths import OutputPath, output_path
+from rebalancer.pipeline.session import default_parallelism, pipeline_conf
 from rebalancer.pipeline.slots import (
     SHARD_BUCKETS,
     Item,
@@ -37,6 +40,7 @@ from rebalancer.pipeline.slots import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
 
 log = logging.getLogger(__name__)
@@ -96,7 +100,14 @@ def skew_ratio(values: list[int] | list[float]) -> float | None:
     return round(max(values) / median, 4) if median > 0 else None
 
 
-def load_previous_plan(out: Path, partitions: int) -> dict[Item, int] | None:
+def builtin_calls(partitioning: str, plan: SlotPlan) -> int:
+    """Calls of the built-in handler: one per type with hash, one per non-empty slot when weighted."""
+    if partitioning == "hash":
+        return sum(1 for rows in plan.counts.values() if rows > 0)
+    return sum(1 for load in plan.load_after if load > 0)
+
+
+def load_previous_plan(out: OutputPath, partitions: int) -> dict[Item, int] | None:
     """The previous run's item -> slot map, if it was made for the same number of slots.
 
     A plan.json from before items were (type, shard) pairs is not trusted: its names were ambiguous.
@@ -114,7 +125,7 @@ def load_previous_plan(out: Path, partitions: int) -> dict[Item, int] | None:
         return None
 
 
-def load_previous_summary(out: Path) -> dict[str, Any] | None:
+def load_previous_summary(out: OutputPath) -> dict[str, Any] | None:
     try:
         return json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
@@ -139,7 +150,7 @@ def _spark_error(exc: Exception) -> ValueError:
     return ValueError(f"cannot read input: {first[:300]}")
 
 
-def write_json(path: Path, payload: dict[str, Any]) -> None:
+def write_json(path: OutputPath, payload: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
@@ -155,8 +166,19 @@ def run_batch(
     report: bool = True,
     group_cost: int = 0,
     sink: PostgresSink | None = None,
+    report_dir: str | Path | None = None,
+    handlers: Pipeline | None = None,
+    cost: str = "rows",
 ) -> dict[str, Any]:
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
+
+    `out` may be a Hadoop filesystem URI (hdfs://, s3a://, file://, ...): Spark writes the data
+    there, and summary.json, plan.json and report.html go through the same filesystem, or to the
+    local directory `report_dir` if given.
+
+    `handlers` (a `framework.Pipeline`) routes each type to a user's handler, written to OUT/<handler>/
+    and placed by `balanced_apply` weighted by `cost` ("rows" or "seconds"); without it every type
+    goes through the built-in aggregation into OUT/metrics/.
 
     With `sink`, metrics and quarantine are also upserted into PostgreSQL (`rebalancer.pipeline.sinks`).
 
@@ -164,23 +186,37 @@ def run_batch(
     work instead of rows alone; see `slots.make_plan`. The session's time zone and Parquet
     timestamp settings are pinned for the run (`session.PIPELINE_CONF`) and restored afterwards.
     """
-    check_output(out, spec)
+    check_output(out, spec, spark=spark)
     with pipeline_conf(spark):
         return _run_batch(
-            spark, spec, Path(out), partitioning, partitions, progress, report, group_cost, sink
+            spark,
+            spec,
+            output_path(out, spark),
+            partitioning,
+            partitions,
+            progress,
+            report,
+            group_cost,
+            sink,
+            reports=output_path(report_dir) if report_dir is not None else None,
+            handlers=handlers,
+            cost=cost,
         )
 
 
 def _run_batch(
     spark: SparkSession,
     spec: InputSpec,
-    out: Path,
+    out: OutputPath,
     partitioning: str,
     partitions: int | None,
     progress: Progress | None,
     report: bool,
     group_cost: int,
     sink: PostgresSink | None = None,
+    reports: OutputPath | None = None,
+    handlers: Pipeline | None = None,
+    cost: str = "rows",
 ) -> dict[str, Any]:
     from py4j.protocol import Py4JJavaError
     from pyspark import StorageLevel
@@ -188,7 +224,7 @@ def _run_batch(
 
     if partitioning not in PARTITIONINGS:
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
-    partitions = partitions or spark.sparkContext.defaultParallelism
+    partitions = partitions or default_parallelism(spark)
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     step = progress or (lambda _stage: None)
@@ -212,10 +248,14 @@ def _run_batch(
         t = mark("read_and_count", t)
 
         step("plan")
-        previous_plan = load_previous_plan(out, partitions)
-        previous_summary = load_previous_summary(out)
-        plan = build_plan(counts, partitioning, partitions, previous_plan, group_cost)
-        projected_hash = hash_plan(counts.type_counts, counts.hash_slots, partitions)
+        reports = reports or out  # where summary.json, plan.json and report.html live
+        previous_plan = load_previous_plan(reports, partitions)
+        previous_summary = load_previous_summary(reports)
+        routing = route_types(handlers, counts)
+        plan = build_plan(routing.builtin_counts, partitioning, partitions, previous_plan, group_cost)
+        projected_hash = hash_plan(
+            routing.builtin_counts.type_counts, routing.builtin_counts.hash_slots, partitions
+        )
         t = mark("plan", t)
 
         out.mkdir(parents=True, exist_ok=True)
@@ -224,7 +264,7 @@ def _run_batch(
         t = mark("quarantine", t)
 
         step("dispatch and persist")
-        job = dispatch(accepted_rows(classified), partitioning, partitions, plan)
+        job = dispatch(routing.builtin_rows(accepted_rows(classified)), partitioning, partitions, plan)
         # Kept for the sink, which would otherwise run the grouped map a second time.
         metrics = job.metrics.persist(StorageLevel.MEMORY_AND_DISK) if sink is not None else job.metrics
         (
@@ -235,6 +275,11 @@ def _run_batch(
         )
         task_rows, task_seconds = job.task_stats()
         t = mark("dispatch", t)
+        # Per-handler plan stores live next to summary.json.
+        kept: dict[str, DataFrame] | None = {} if sink is not None else None
+        handler_sections = run_handlers(routing, classified, out, reports, partitions, cost, step, keep=kept)
+        if routing.handlers:
+            t = mark("handlers", t)
         sink_section = None
         if sink is not None:
             from rebalancer.pipeline.sinks import write_outputs
@@ -242,10 +287,14 @@ def _run_batch(
             step("database")
             try:
                 sink_section = write_outputs(
-                    sink, {"metrics": metrics, "quarantine": quarantine_rows(classified)}
+                    sink,
+                    {"metrics": metrics, "quarantine": quarantine_rows(classified), **(kept or {})},
+                    keys=routing.pipeline.table_keys(spark),
                 )
             finally:
                 metrics.unpersist()
+                for frame in (kept or {}).values():
+                    frame.unpersist()
             t = mark("sink", t)
     finally:
         classified.unpersist()
@@ -253,7 +302,7 @@ def _run_batch(
     summary: dict[str, Any] = {
         "version": __version__,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "input": str(spec.path),
+        "input": input_name(spec),
         "format": spec.format,
         "output": str(out),
         "ingested": counts.ingested,
@@ -275,17 +324,21 @@ def _run_batch(
         "hash_load": projected_hash.load_after,
         "hash_skew_ratio": skew_ratio(projected_hash.load_after),
         "top_types": dict(sorted(counts.type_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:15]),
+        **routing.summary(task_rows, task_seconds, builtin_calls(partitioning, plan), handler_sections),
     }
     if sink_section is not None:
         summary["sink"] = sink_section
     if counts.ingested != counts.accepted + counts.quarantined:
         raise RuntimeError("reconciliation failed: ingested != accepted + quarantined")
-    write_json(out / "plan.json", {"partitioning": partitioning, **plan.to_json()})
+    if counts.accepted != summary["handled"] + summary["unhandled"]:
+        raise RuntimeError("reconciliation failed: accepted != handled + unhandled")
+    reports.mkdir(parents=True, exist_ok=True)
+    write_json(reports / "plan.json", {"partitioning": partitioning, **plan.to_json()})
     if report:
         step("report")
         from rebalancer.pipeline.report import write_report
 
         # elapsed_s stays the time to the metrics written: one number in the report, the file and the terminal.
-        write_report(out / "report.html", summary, plan, previous_summary)
-    write_json(out / "summary.json", summary)
+        write_report(reports / "report.html", summary, plan, previous_summary)
+    write_json(reports / "summary.json", summary)
     return summary

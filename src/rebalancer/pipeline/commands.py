@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -10,15 +11,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer.pipeline.generate import FORMATS, GenerateConfig
+from rebalancer.pipeline.paths import is_remote, join, local_path, location_argument
 
 if TYPE_CHECKING:
     from rebalancer.pipeline.ingest import InputSpec
     from rebalancer.pipeline.kafka.telemetry import KafkaInput
 
+log = logging.getLogger(__name__)
+
 DEFAULT_INPUT = Path("data/telemetry")
 DEFAULT_OUTPUT = Path("out")
 # Tasks of the demo whatever the cores: at 2 (a laptop's default parallelism) hash placement barely skews.
 DEFAULT_PARTITIONS = 16
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 # `make run` without --input: big enough to show the skew, small enough to finish in seconds.
 DEFAULT_SAMPLE = GenerateConfig(events=300_000, types=400, skew=1.1, entities=200, bad_rate=0.001, files=4)
 
@@ -69,6 +74,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=_input_argument,
         default=None,
         help=f"file or directory of Parquet, CSV or JSON Lines with columns ts, type, entity, value, found by name "
+        f"(or a Hadoop filesystem URI: file://, hdfs://, s3a://, gs://, abfs://, passed to Spark as written) "
         f"(or kafka://HOST:PORT/TOPIC, or kafka://embedded/TOPIC: an in-process mock cluster fed a sample) "
         f"(see --columns); ts is ISO-8601 or epoch milliseconds, and timestamps without an offset are UTC "
         f"(default: a sample in {DEFAULT_INPUT})",
@@ -84,9 +90,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--out",
         "--output",
         dest="output",
-        type=Path,
+        type=location_argument,
         default=DEFAULT_OUTPUT,
-        help="directory for metrics, quarantine, summary.json, plan.json and report.html",
+        help="directory for metrics, quarantine, summary.json, plan.json and report.html: a local path or a "
+        "Hadoop filesystem URI (file://, hdfs://, s3a://, gs://, abfs://)",
     )
     run.add_argument("--format", choices=FORMATS, default=None, help="input format (default: by extension)")
     run.add_argument(
@@ -101,14 +108,29 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PARTITIONS,
         help="Spark tasks the work is spread over, hash or weighted (the same on any machine, enough to show skew)",
     )
-    run.add_argument("--master", default=None, help="Spark master URL (default: local[*], or spark-submit's)")
+    run.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL, or sc://HOST:PORT for Spark Connect (default: local[*], or spark-submit's)",
+    )
+    run.add_argument(
+        "--remote",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="a Spark Connect server, as pyspark spells it (the same as --master sc://…)",
+    )
     run.add_argument("--stream", action="store_true", help="Structured Streaming over the input directory")
     run.add_argument("--rebalance-every", type=int, default=5, help="re-plan every N micro-batches")
     run.add_argument("--max-moves", type=int, default=None, help="items a streaming re-plan may move")
     run.add_argument("--max-batches", type=int, default=None, help="stop after N micro-batches")
     run.add_argument("--files-per-batch", type=int, default=1, help="input files per micro-batch")
     run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
-    run.add_argument("--checkpoint", type=Path, default=None, help="default: OUTPUT/_checkpoint")
+    run.add_argument(
+        "--checkpoint",
+        type=location_argument,
+        default=None,
+        help="a path or URI (default: OUTPUT/_checkpoint)",
+    )
     run.add_argument(
         "--group-cost",
         type=int,
@@ -117,12 +139,39 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(
+        "--report-dir",
+        type=Path,
+        default=None,
+        help="a local directory for summary.json, plan.json and report.html (default: the output, "
+        "through the output's filesystem)",
+    )
+    run.add_argument(
+        "--ship",
+        action="store_true",
+        help="send the installed rebalancer package to the executors (a zip on their Python path), "
+        "for executors whose Python lacks it",
+    )
+    run.add_argument(
         "--sink",
         default=None,
         metavar="postgresql://USER:PASSWORD@HOST:PORT/DB",
         help="also upsert metrics and quarantine into PostgreSQL (idempotent; exactly once per stream batch)",
     )
     run.add_argument("--sink-schema", default="rebalancer", help="the PostgreSQL schema for --sink's tables")
+    run.add_argument(
+        "--handlers",
+        type=Path,
+        default=None,
+        metavar="FILE.py",
+        help="a Python file defining a rebalancer.pipeline.Pipeline: your handler per type pattern, each "
+        "written to OUTPUT/<handler>/ (default: every type through the built-in aggregation into OUTPUT/metrics/)",
+    )
+    run.add_argument(
+        "--cost",
+        choices=("rows", "seconds"),
+        default="rows",
+        help="--handlers: place types on tasks by their rows, or by the seconds their calls took in the last run",
+    )
     run.set_defaults(func=cmd_run)
 
     from rebalancer.pipeline.kafka.telemetry import add_produce_parser
@@ -131,8 +180,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _input_argument(text: str) -> Path | str:
-    """A path, or a kafka:// URL kept as written (a Path would fold its //)."""
-    return text if text.lower().startswith("kafka://") else Path(text)
+    """A path, or a kafka:// URL or filesystem URI kept as written (a Path would fold its //)."""
+    return location_argument(text)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -157,8 +206,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def session_master(flag: str | None) -> str | None:
-    """--master wins; under spark-submit (the JVM started us) the master is already set; else local[*]."""
+def session_master(flag: str | None, remote: str | None = None) -> str | None:
+    """--master (or --remote) wins; under spark-submit (the JVM started us) the master is already set;
+    else local[*]."""
+    if remote:
+        from rebalancer.pipeline.session import is_connect_url
+
+        if not is_connect_url(remote):
+            raise ValueError(f"remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}")
+        if flag and flag != remote:
+            raise ValueError(f"remote: give --master or --remote, not both (got {flag!r} and {remote!r})")
+        return remote
     if flag:
         return flag
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
@@ -182,6 +240,7 @@ def _stages(console: Any) -> Iterator[Callable[[str], None]]:
         current: list[Any] = []
 
         def step(stage: str) -> None:
+            log.info("stage: %s", stage)
             if current:
                 bar.update(current[-1], completed=1)
                 bar.stop_task(current[-1])
@@ -193,13 +252,37 @@ def _stages(console: Any) -> Iterator[Callable[[str], None]]:
             bar.stop_task(current[-1])
 
 
-def _print_summary(console: Any, summary: dict[str, Any]) -> None:
+REPORT_FILES = ("summary.json", "plan.json", "report.html")
+
+
+def _written(
+    summary: dict[str, Any], names: tuple[str, ...], report_dir: Path | None, report: bool
+) -> list[str]:
+    """The outputs among `names`, as the user would open them. A remote output is listed, not looked
+    at: the session that could reach it has stopped."""
+    found = []
+    for name in names:
+        in_reports = name in REPORT_FILES
+        if in_reports and name == "report.html" and (not report or "batches" in summary):
+            continue  # --no-report, or a stream (it writes no report)
+        base: str | Path = report_dir if report_dir is not None and in_reports else summary["output"]
+        shown = str(join(base, name))
+        local = local_path(base)
+        if local is None:
+            found.append(shown + ("" if in_reports else "/"))
+        elif (local / name).exists():
+            found.append(shown + ("/" if (local / name).is_dir() else ""))
+    return found
+
+
+def _print_summary(
+    console: Any, summary: dict[str, Any], report_dir: Path | None = None, report: bool = True
+) -> None:
     """This run against Spark's hash placement, the files written, and where the report is."""
     from rich.table import Table
 
     from rebalancer.pipeline.report import format_skew
 
-    out = Path(summary["output"])
     table = Table(title="rebalancer pipeline", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -234,8 +317,18 @@ def _print_summary(console: Any, summary: dict[str, Any]) -> None:
         f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()
     )
     rows.append(("elapsed", f"{summary['elapsed_s']:.1f} s" + (f"  ({stages})" if stages else "")))
-    names = ("metrics", "quarantine", "summary.json", "plan.json", "report.html")
-    files = [f"{out / name}{'/' if (out / name).is_dir() else ''}" for name in names if (out / name).exists()]
+    handler_lines = _handler_lines(summary)
+    if handler_lines:
+        rows.append(("handlers", "\n".join(handler_lines)))
+    names = (
+        "metrics",
+        *[h for h in summary.get("handlers", {}) if h != "metrics"],
+        "quarantine",
+        "summary.json",
+        "plan.json",
+        "report.html",
+    )
+    files = _written(summary, names, report_dir, report)
     rows.append(("files written", "\n".join(files)))
     if summary.get("sink"):
         from rebalancer.pipeline.sinks.outputs import describe
@@ -244,20 +337,50 @@ def _print_summary(console: Any, summary: dict[str, Any]) -> None:
     for what, value in rows:
         table.add_row(what, value)
     console.print(table)
-    report = out / "report.html"
-    if report.exists():
-        console.print(f"report: {report}  (open it in a browser)", highlight=False)
+    page = next((file for file in files if file.endswith("report.html")), None)
+    if page is not None:
+        console.print(f"report: {page}  (open it in a browser)", highlight=False)
+
+
+def _handler_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per handler (types, rows, calls, task-seconds skew) and the unhandled rows, if any."""
+    from rebalancer.pipeline.report import format_skew
+
+    handlers = summary.get("handlers", {})
+    if set(handlers) <= {"metrics"} and not summary.get("unhandled"):
+        return []
+    lines = []
+    for name, section in handlers.items():
+        calls = section.get("calls")
+        line = f"{name}: {section['types']} types, {section['rows']:,} rows"
+        if calls is not None:
+            line += f", {calls:,} calls"
+        if "seconds_skew_ratio" in section:
+            line += f", skew {format_skew(section['seconds_skew_ratio'])} (max/median task seconds)"
+        lines.append(line)
+    if summary.get("unhandled"):
+        lines.append(f"unhandled: {summary['unhandled']:,} rows of {len(summary['unhandled_types'])} types")
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rebalancer.pipeline.ingest import check_output, inspect_input, parse_columns
+    from rebalancer.pipeline.session import STREAM_ON_CONNECT, is_connect_url
 
     if args.partitions is not None and args.partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {args.partitions}")
     if args.rebalance_every < 1:
         raise ValueError(f"rebalance-every must be >= 1, got {args.rebalance_every}")
+    master = session_master(args.master, getattr(args, "remote", None))
+    if args.stream and is_connect_url(master):
+        raise ValueError(f"stream: {STREAM_ON_CONNECT}, got {master}")
+    handlers = None
+    if args.handlers is not None:
+        from rebalancer.pipeline.framework import load_handlers
+
+        handlers = load_handlers(args.handlers)  # first: a bad file fails before any work
     console = Console()
     if args.input is None:
         input_path = DEFAULT_INPUT
@@ -272,16 +395,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     else:
         input_path = args.input
-    if isinstance(input_path, str):
+    if isinstance(input_path, str) and input_path.lower().startswith("kafka://"):
         from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
 
         if args.format is not None:
-            raise ValueError(f"format: a kafka:// input holds JSON values, --format {args.format} is for files")
+            raise ValueError(
+                f"format: a kafka:// input holds JSON values, --format {args.format} is for files"
+            )
         spec = parse_kafka_url(input_path, parse_columns(args.columns) if args.columns else None)
+    elif is_remote(input_path):
+        spec = None  # checked through Spark's Hadoop FileSystem once the session is up
     else:
         spec = inspect_input(input_path, args.format, parse_columns(args.columns) if args.columns else None)
-    checkpoint = (args.checkpoint or args.output / "_checkpoint") if args.stream else None
-    check_output(args.output, spec, checkpoint)
+    checkpoint = (args.checkpoint or join(args.output, "_checkpoint")) if args.stream else None
+    if spec is not None and not is_remote(args.output) and not is_remote(checkpoint):
+        check_output(args.output, spec, checkpoint)  # a remote output is checked by the run, through Spark
     from rebalancer.pipeline.sinks import open_sink, prepare_sink
 
     sink = open_sink(
@@ -293,21 +421,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rebalancer.pipeline.session import build_session
 
     # Stop the session at the end only if this command started it (not spark-submit's, not a caller's).
-    owns_session = SparkSession.getActiveSession() is None and session_master(args.master) is not None
+    owns_session = SparkSession.getActiveSession() is None and master is not None
     with console.status("starting Spark"):
-        spark = build_session(master=session_master(args.master), quiet=not getattr(args, "verbose", 0))
+        # -v is the project's own logs; Spark's and the JVM's startup output waits for -vv.
+        spark = build_session(master=master, quiet=getattr(args, "verbose", 0) < 2)
     embedded = ExitStack()
     try:
+        if spec is None:
+            spec = inspect_input(
+                input_path, args.format, parse_columns(args.columns) if args.columns else None, spark=spark
+            )
+        if getattr(args, "ship", False):
+            from rebalancer.pipeline.ship import shipped
+
+            console.print(
+                f"shipping rebalancer to the executors: {embedded.enter_context(shipped(spark)).name}"
+            )
         if getattr(spec, "embedded", False):
             from rebalancer.pipeline.kafka.telemetry import embedded_input
 
             # a KafkaInput has every field the run reads from an InputSpec (duck-typed through the run)
             topic_spec = cast("KafkaInput", spec)
-            with console.status(f"starting an embedded Kafka cluster and producing a sample to {topic_spec.topic}"):
+            with console.status(
+                f"starting an embedded Kafka cluster and producing a sample to {topic_spec.topic}"
+            ):
                 spec = cast("InputSpec", embedded.enter_context(embedded_input(topic_spec, DEFAULT_SAMPLE)))
         if sink is not None:
             # A table with other columns fails here, before any work.
-            prepare_sink(sink, spark, stream=args.stream)
+            prepare_sink(sink, spark, stream=args.stream, handlers=handlers)
         if args.stream:
             from rebalancer.pipeline.stream import StreamConfig, run_stream
 
@@ -322,7 +463,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 checkpoint=args.checkpoint,
             )
             with console.status("streaming (Ctrl-C stops cleanly)"):
-                summary = run_stream(spark, spec, args.output, config, sink=sink)
+                summary = run_stream(
+                    spark,
+                    spec,
+                    args.output,
+                    config,
+                    sink=sink,
+                    handlers=handlers,
+                    cost=args.cost,
+                    report_dir=args.report_dir,
+                    on_batch=lambda batch: console.print(batch.line(), highlight=False, soft_wrap=True),
+                )
         else:
             from rebalancer.pipeline.batch import run_batch
 
@@ -337,10 +488,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                     report=not args.no_report,
                     group_cost=args.group_cost,
                     sink=sink,
+                    handlers=handlers,
+                    cost=args.cost,
+                    report_dir=args.report_dir,
                 )
     finally:
         embedded.close()
         if owns_session:
             spark.stop()
-    _print_summary(console, summary)
+    _print_summary(console, summary, args.report_dir, report=not args.no_report)
+    if summary.get("interrupted"):
+        console.print(f"stopped by Ctrl-C after {summary['batches']} micro-batches", highlight=False)
+        return EXIT_INTERRUPTED
     return 0

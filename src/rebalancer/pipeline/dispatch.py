@@ -8,14 +8,27 @@ over types), so a task's time follows its rows and not its count of small types.
 
 from __future__ import annotations
 
+import logging
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline.handler import HANDLER_SCHEMA, TaskStatsParam, make_handler, task_stats
+from rebalancer.pipeline.handler import (
+    HANDLER_SCHEMA,
+    STATS_SCHEMA,
+    TaskStatsParam,
+    collect_task_stats,
+    make_handler,
+    split_task_stats,
+    task_stats,
+)
+from rebalancer.pipeline.session import is_connect
 from rebalancer.pipeline.slots import SlotPlan, with_slot_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 PARTITIONINGS = ("weighted", "hash")
 SLOT_KEY = "_slot_key"
@@ -23,15 +36,29 @@ SLOT_KEY = "_slot_key"
 
 @dataclass
 class Dispatch:
-    """The metrics frame (lazy) and the accumulator its tasks report rows and seconds to."""
+    """The metrics frame (lazy) and where its tasks report rows and seconds: an accumulator, or,
+    on Spark Connect (no accumulators), `stats_rows` of the persisted grouped-map result `cached`."""
 
     metrics: DataFrame
     stats: Any
     partitions: int
+    stats_rows: DataFrame | None = None
+    cached: DataFrame | None = None
 
     def task_stats(self) -> tuple[list[int], list[float]]:
-        """Rows and seconds per task; valid after an action has run `metrics`."""
-        return task_stats(self.stats.value, self.partitions)
+        """Rows and seconds per task; valid after an action has run `metrics` (and, without an
+        accumulator, called once: it releases the persisted result)."""
+        if self.stats is not None:
+            return task_stats(self.stats.value, self.partitions)
+        if self.stats_rows is None:
+            raise RuntimeError("task stats already collected: the persisted result was released")
+        try:
+            raw = collect_task_stats(self.stats_rows)
+        finally:
+            if self.cached is not None:
+                self.cached.unpersist()
+            self.stats_rows = self.cached = None
+        return task_stats(raw, self.partitions)
 
 
 def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: SlotPlan | None = None) -> Dispatch:
@@ -47,8 +74,19 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
+    if plan is not None:
+        log.info(
+            "plan: %s over %d tasks, %d items (%d types split), %d moved; rows per task max %d, median %g",
+            partitioning,
+            partitions,
+            len(plan.owner),
+            len(plan.sharded),
+            sum(1 for _, old, _ in plan.moves if old >= 0),
+            max(plan.load_after, default=0),
+            statistics.median(plan.load_after or [0]),
+        )
     spark = accepted.sparkSession
-    stats = spark.sparkContext.accumulator({}, TaskStatsParam())
+    stats = None if is_connect(spark) else spark.sparkContext.accumulator({}, TaskStatsParam())
     handler = make_handler(stats)
     columns = ["type", "entity", "minute", "value"]
     if partitioning == "hash":
@@ -58,7 +96,17 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
             raise ValueError("weighted partitioning needs a plan for the same number of partitions")
         keyed = with_slot_key(accepted.select(*columns), plan, SLOT_KEY).select(SLOT_KEY, *columns)
         grouped = keyed.repartition(partitions, SLOT_KEY).groupBy(SLOT_KEY)
-    result = grouped.applyInPandas(handler, HANDLER_SCHEMA)
+    cached = stats_rows = None
+    if stats is None:
+        from pyspark import StorageLevel
+
+        # The metrics write fills the cache; the task stats are read back from it, not recomputed.
+        cached = grouped.applyInPandas(handler, f"{HANDLER_SCHEMA}, {STATS_SCHEMA}").persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        result, stats_rows = split_task_stats(cached)
+    else:
+        result = grouped.applyInPandas(handler, HANDLER_SCHEMA)
     metrics = result.select(
         "type",
         "entity",
@@ -73,4 +121,4 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
         "p99",
         F.date_format(F.timestamp_seconds("minute"), "yyyy-MM-dd").alias("date"),
     )
-    return Dispatch(metrics=metrics, stats=stats, partitions=partitions)
+    return Dispatch(metrics=metrics, stats=stats, partitions=partitions, stats_rows=stats_rows, cached=cached)

@@ -6,13 +6,18 @@ vectorised: one sort, then every (entity, minute) group is a contiguous run of s
 
 from __future__ import annotations
 
+import secrets
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 METRIC_COLUMNS = ("type", "entity", "minute", "count", "sum", "min", "max", "mean", "p50", "p90", "p99")
 # `minute` leaves the handler as epoch seconds; the driver turns it into a timestamp.
@@ -122,20 +127,77 @@ class TaskStatsParam(AccumulatorParam):
         return value1
 
 
-def make_handler(stats: Any) -> Any:
-    """The grouped-map function; `stats` is a Spark accumulator of TaskStatsParam."""
+def make_handler(stats: Any | None) -> Any:
+    """The grouped-map function; `stats` is a Spark accumulator of TaskStatsParam, or None where
+    there are none (Spark Connect): see `report_task_stats`."""
+    return report_task_stats(aggregate, stats)
+
+
+# Where there are no accumulators (Spark Connect), each row a grouped-map call returns also carries
+# that call's task, rows and times (constants per call: cheap in Arrow), and a call that returns no
+# rows returns one placeholder row instead; `split_task_stats` parts them again on the driver.
+STATS_COLUMNS = ("_stats_task", "_stats_call", "_stats_rows", "_stats_start", "_stats_end", "_stats_only")
+STATS_SCHEMA = (
+    "_stats_task int, _stats_call long, _stats_rows long, _stats_start double, _stats_end double, "
+    "_stats_only boolean"
+)
+
+
+def report_task_stats(fn: Callable[[pd.DataFrame], pd.DataFrame], stats: Any | None) -> Any:
+    """`fn`, a grouped-map pandas function, reporting each call's rows and seconds per task.
+
+    To `stats`, an accumulator of TaskStatsParam; or, with None, in STATS_COLUMNS of its output:
+    the applyInPandas schema then ends with STATS_SCHEMA, and `split_task_stats` splits the result.
+    """
     from pyspark import TaskContext
 
     def handle(frame: pd.DataFrame) -> pd.DataFrame:
         started = time.time()
-        out = aggregate(frame)
+        out = fn(frame)
         ended = time.time()
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else -1
+        if stats is None:
+            return with_stats_columns(out, pid, len(frame), started, ended)
         stats.add({pid: [len(frame), started, ended, ended - started, 1]})
         return out
 
     return handle
+
+
+def with_stats_columns(out: pd.DataFrame, pid: int, rows: int, started: float, ended: float) -> pd.DataFrame:
+    """`out` with one call's stats on every row; an empty `out` becomes one placeholder row of nulls."""
+    placeholder = out.empty
+    if placeholder:
+        out = pd.DataFrame({name: pd.Series([None], dtype=object) for name in out.columns})
+    stats = dict(
+        zip(
+            STATS_COLUMNS,
+            (np.int32(pid), secrets.randbits(63), np.int64(rows), started, ended, placeholder),
+        )
+    )
+    return out.assign(**stats)
+
+
+def split_task_stats(result: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(the rows `fn` returned, one stats row per call) from a result carrying STATS_COLUMNS.
+
+    Both read `result`: persist it first, or the grouped map runs once for each.
+    """
+    from pyspark.sql import functions as F
+
+    data = result.filter(~F.col("_stats_only")).drop(*STATS_COLUMNS)
+    calls = result.select(*STATS_COLUMNS[:-1]).distinct()
+    return data, calls
+
+
+def collect_task_stats(calls: DataFrame) -> dict[int, list[float]]:
+    """The per-call stats rows of `split_task_stats`, merged per task as the accumulator would."""
+    merged: dict[int, list[float]] = {}
+    param = TaskStatsParam()
+    for pid, _call, rows, started, ended in calls.collect():
+        param.addInPlace(merged, {int(pid): [int(rows), float(started), float(ended), float(ended - started), 1]})
+    return merged
 
 
 def task_stats(raw: dict[int, list[float]], partitions: int) -> tuple[list[int], list[float]]:

@@ -7,14 +7,17 @@ Columns are found by name (a CSV header, JSON keys, the Parquet schema), never b
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.pipeline.paths import HEAD_BYTES, HadoopFS, OutputPath, is_uri, local_path, split_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
@@ -95,6 +98,23 @@ class InputSpec:
     columns: Mapping[str, str] = field(default_factory=column_mapping)
     # CSV only: each non-empty file's header, as written (Spark reads CSV by position, so we map names)
     headers: Mapping[Path, tuple[str, ...]] = field(default_factory=dict)
+    # The input as the URI it was given as (file://, hdfs://, s3a://, ...), handed to Spark unchanged;
+    # `path` and `files` are then paths inside that URI's filesystem. None for a plain local path.
+    uri: str | None = None
+
+    def reads_from(self, file: Path | None = None) -> str:
+        """What Spark's readers get for the input, or for one of its files (globs escaped)."""
+        if self.uri is None:
+            return spark_path(self.path if file is None else file)
+        if file is None:
+            return spark_path(self.uri)
+        parts = split_uri(self.uri)
+        assert parts is not None  # `uri` is only ever set to a URI
+        return spark_path(parts[1] + file.as_posix())
+
+    def is_directory(self) -> bool:
+        """A directory of files, not one file (known without looking again, wherever it is)."""
+        return self.files != (self.path,)
 
     def csv_layouts(self) -> list[tuple[tuple[str, ...], list[Path]]]:
         """Files grouped by header, in file order: one Spark read per distinct header."""
@@ -110,14 +130,15 @@ class InputSpec:
         return [column.strip() for column in header].index(source)
 
 
+def _is_data_file(path: Path) -> bool:
+    """Not a hidden file, nor a writer's marker (`_SUCCESS`) or checksum (`.x.crc`)."""
+    return not path.name.startswith((".", "_")) and not path.name.endswith(".crc")
+
+
 def _data_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    return sorted(
-        p
-        for p in path.rglob("*")
-        if p.is_file() and not p.name.startswith((".", "_")) and not p.name.endswith(".crc")
-    )
+    return sorted(p for p in path.rglob("*") if p.is_file() and _is_data_file(p))
 
 
 def detect_format(files: list[Path], explicit: str | None) -> str:
@@ -141,9 +162,14 @@ def detect_format(files: list[Path], explicit: str | None) -> str:
     return next(iter(by_format))
 
 
-def _first_line_columns(path: Path, fmt: str) -> list[str]:
+def _open_head(path: Path, head: bytes | None) -> io.BufferedIOBase:
+    """The file, or the first bytes of a remote one already read through Hadoop."""
+    return io.BytesIO(head) if head is not None else path.open("rb")
+
+
+def _first_line_columns(path: Path | str, fmt: str, head: bytes | None = None) -> list[str]:
     """The header of a CSV file (as written) or the keys of a JSON Lines file's first record."""
-    with path.open("rb") as handle:
+    with _open_head(Path(path), head) as handle:
         for number, raw in enumerate(handle):
             if number == 0 and raw.startswith(_BOM):
                 raw = raw[len(_BOM) :]
@@ -162,10 +188,11 @@ def _first_line_columns(path: Path, fmt: str) -> list[str]:
     return []
 
 
-def _jsonl_keys(path: Path, wanted: set[str]) -> set[str]:
-    """Keys over the whole file, until every wanted one is seen: JSON Lines may omit a null key on a row."""
+def _jsonl_keys(path: Path, wanted: set[str], head: bytes | None = None) -> set[str]:
+    """Keys over the whole file (of a remote one, its first bytes), until every wanted one is seen:
+    JSON Lines may omit a null key on a row."""
     present: set[str] = set()
-    with path.open("rb") as handle:
+    with _open_head(path, head) as handle:
         for number, raw in enumerate(handle):
             if number == 0 and raw.startswith(_BOM):
                 raw = raw[len(_BOM) :]
@@ -180,7 +207,7 @@ def _jsonl_keys(path: Path, wanted: set[str]) -> set[str]:
     return present
 
 
-def _missing(missing: list[str], columns: Mapping[str, str], file: Path) -> ValueError:
+def _missing(missing: list[str], columns: Mapping[str, str], file: Path | str) -> ValueError:
     names = ", ".join(repr(columns[n]) + ("" if columns[n] == n else f" ({n})") for n in missing)
     return ValueError(f"missing column{'s' if len(missing) > 1 else ''} {names} in {file}")
 
@@ -196,21 +223,37 @@ def _duplicate(names: list[str], casefold: bool) -> str | None:
 
 
 def inspect_input(
-    path: str | Path, fmt: str | None = None, columns: Mapping[str, str] | None = None
+    path: str | Path,
+    fmt: str | None = None,
+    columns: Mapping[str, str] | None = None,
+    spark: SparkSession | None = None,
 ) -> InputSpec:
-    """Fail fast, before Spark or any output: missing path, unreadable file, missing or duplicate column."""
+    """Fail fast, before any output: missing path, unreadable file, missing or duplicate column.
+
+    A local path or `file:` URI is checked before Spark starts; any other URI (hdfs://, s3a://, ...)
+    through Spark's Hadoop FileSystem API, so it needs `spark`.
+    """
+    if isinstance(path, str) and is_uri(path):
+        local = local_path(path)
+        if local is None:
+            return _inspect_remote(path, fmt, columns, spark)
+        return replace(_inspect_local(local, fmt, columns, shown=path), uri=path)
+    return _inspect_local(Path(path), fmt, columns)
+
+
+def _inspect_local(
+    path: Path, fmt: str | None, columns: Mapping[str, str] | None, shown: str | None = None
+) -> InputSpec:
     mapping = column_mapping(columns)
-    path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"input path does not exist: {path}")
+        raise FileNotFoundError(f"input path does not exist: {shown or path}")
     files = _data_files(path)
     if not files:
-        raise ValueError(f"input path has no data files: {path}")
+        raise ValueError(f"input path has no data files: {shown or path}")
     for file in files:
         if not os.access(file, os.R_OK):
             raise ValueError(f"unreadable file: {file}")
     fmt = detect_format(files, fmt)
-    wanted = [mapping[name] for name in REQUIRED_COLUMNS]
     headers: dict[Path, tuple[str, ...]] = {}
     for file in files:
         if file.stat().st_size == 0:
@@ -222,37 +265,124 @@ def inspect_input(
                 names = pq.read_schema(file).names
             except Exception as exc:  # pyarrow raises several types for a bad footer
                 raise ValueError(f"unreadable file {file}: {exc}") from exc
-            # Spark matches Parquet columns case-insensitively and refuses a file with duplicates.
-            duplicate = _duplicate(names, casefold=True)
-            if duplicate is not None:
-                raise ValueError(
-                    f"duplicate column {duplicate!r} in {file} (column names are compared ignoring case)"
-                )
-            present = set(names)
-        elif fmt == "csv":
-            header = tuple(_first_line_columns(file, fmt))
-            stripped = [name.strip() for name in header]
-            duplicate = _duplicate([name for name in stripped if name in wanted], casefold=False)
-            if duplicate is not None:
-                raise ValueError(f"duplicate column {duplicate!r} in {file}")
-            present = set(stripped)
+            _check_parquet_columns(names, mapping, file)
+            continue
+        header = _check_text_columns(file, fmt, mapping, file)
+        if header is not None:
             headers[file] = header
-        else:
-            present = set(_first_line_columns(file, fmt))
-            if not set(wanted) <= present and present:
-                present |= _jsonl_keys(file, set(wanted))
-        missing = [name for name in REQUIRED_COLUMNS if mapping[name] not in present]
-        if missing:
-            raise _missing(missing, mapping, file)
     return InputSpec(path=path, format=fmt, files=tuple(files), columns=mapping, headers=headers)
 
 
-def check_output(out: str | Path, spec: InputSpec, checkpoint: str | Path | None = None) -> None:
-    """Refuse, before Spark starts, an output that would clobber the input or cannot be written."""
-    out = Path(out)
+def _check_parquet_columns(names: list[str], mapping: Mapping[str, str], shown: Path | str) -> None:
+    # Spark matches Parquet columns case-insensitively and refuses a file with duplicates.
+    duplicate = _duplicate(names, casefold=True)
+    if duplicate is not None:
+        raise ValueError(f"duplicate column {duplicate!r} in {shown} (column names are compared ignoring case)")
+    missing = [name for name in REQUIRED_COLUMNS if mapping[name] not in set(names)]
+    if missing:
+        raise _missing(missing, mapping, shown)
+
+
+def _check_text_columns(
+    file: Path, fmt: str, mapping: Mapping[str, str], shown: Path | str, head: bytes | None = None
+) -> tuple[str, ...] | None:
+    """Checks a CSV or JSON Lines file's columns; returns a CSV file's header, as written."""
+    wanted = [mapping[name] for name in REQUIRED_COLUMNS]
+    header = None
+    if fmt == "csv":
+        header = tuple(_first_line_columns(shown, fmt, head))
+        stripped = [name.strip() for name in header]
+        duplicate = _duplicate([name for name in stripped if name in wanted], casefold=False)
+        if duplicate is not None:
+            raise ValueError(f"duplicate column {duplicate!r} in {shown}")
+        present = set(stripped)
+    else:
+        present = set(_first_line_columns(shown, fmt, head))
+        if not set(wanted) <= present and present:
+            present |= _jsonl_keys(file, set(wanted), head)
+    missing = [name for name in REQUIRED_COLUMNS if mapping[name] not in present]
+    if missing:
+        raise _missing(missing, mapping, shown)
+    return header
+
+
+def _inspect_remote(
+    uri: str, fmt: str | None, columns: Mapping[str, str] | None, spark: SparkSession | None
+) -> InputSpec:
+    """The same checks through Hadoop: a text file's first 64 KiB, a Parquet input's schema as Spark reads it."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if spark is None:
+        raise ValueError(f"input {uri} is on a remote filesystem: it is checked once Spark has started")
+    mapping = column_mapping(columns)
+    fs = HadoopFS(spark)
+    parts = split_uri(uri)
+    assert parts is not None
+    _scheme, prefix, root = parts
+    status = fs.status(uri)
+    if status is None:
+        raise FileNotFoundError(f"input path does not exist: {uri}")
+    if status.isDirectory():
+        listed = [(Path(p), size) for p, size in fs.list_files(uri) if _is_data_file(Path(p))]
+    else:
+        listed = [(Path(root), int(status.getLen()))]
+    if not listed:
+        raise ValueError(f"input path has no data files: {uri}")
+    files = [file for file, _size in listed]
+    fmt = detect_format(files, fmt)
+    spec = InputSpec(path=Path(root or "/"), format=fmt, files=tuple(files), columns=mapping, uri=uri)
+    if fmt == "parquet":
+        try:
+            names = spark.read.parquet(spec.reads_from()).columns
+        except (PySparkException, Py4JJavaError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ValueError(f"unreadable input {uri}: {first[:300]}") from None
+        _check_parquet_columns(names, mapping, uri)
+        return spec
+    headers: dict[Path, tuple[str, ...]] = {}
+    for file, size in listed:
+        if size == 0:
+            continue
+        shown = prefix + file.as_posix()
+        header = _check_text_columns(file, fmt, mapping, shown, fs.read_bytes(shown, HEAD_BYTES))
+        if header is not None:
+            headers[file] = header
+    return replace(spec, headers=headers)
+
+
+def check_output(
+    out: str | Path | OutputPath,
+    spec: InputSpec,
+    checkpoint: str | Path | OutputPath | None = None,
+    spark: SparkSession | None = None,
+) -> None:
+    """Refuse an output that would clobber the input or cannot be written.
+
+    A local output (a path or a `file:` URI) is checked before Spark starts; a remote one (hdfs://,
+    s3a://, ...) through Spark's Hadoop FileSystem, so it needs `spark`, and nothing local is touched.
+    """
+    out_text = out if isinstance(out, Path) else str(out)
+    where = None if checkpoint is None else checkpoint if isinstance(checkpoint, Path) else str(checkpoint)
+    local_out = local_path(out_text)
+    local_checkpoint = None if where is None else local_path(where)
+    if local_out is None or (where is not None and local_checkpoint is None):
+        _check_remote_output(out_text, spec, where, spark)
+    if local_out is not None:
+        _check_local_output(local_out, spec, local_checkpoint)
+
+
+def _local_source(spec: InputSpec) -> Path | None:
+    """The input's resolved local path; None for a Kafka topic or a remote URI (nothing local to overlap)."""
+    uri = getattr(spec, "uri", None)  # a KafkaInput has no files and no uri
+    if not spec.files or (uri is not None and local_path(uri) is None):
+        return None
+    return spec.path.resolve()
+
+
+def _check_local_output(out: Path, spec: InputSpec, checkpoint: Path | None) -> None:
     target = out.resolve()
-    # An input without files (a Kafka topic) has nothing on disk to overlap.
-    source = spec.path.resolve() if spec.files else None
+    source = _local_source(spec)
     if out.exists() and not out.is_dir():
         if target == source:
             raise ValueError(f"output {out} is the input file; give a directory for the results")
@@ -266,7 +396,7 @@ def check_output(out: str | Path, spec: InputSpec, checkpoint: str | Path | None
             f"input {spec.path} is inside the output {out}; the run would overwrite what it reads"
         )
     if checkpoint is not None and source is not None:
-        where = Path(checkpoint).resolve()
+        where = checkpoint.resolve()
         if where == source or source in where.parents or where in source.parents:
             raise ValueError(f"checkpoint {checkpoint} overlaps the input {spec.path}")
     existing = target
@@ -277,6 +407,40 @@ def check_output(out: str | Path, spec: InputSpec, checkpoint: str | Path | None
     for directory in (existing, target / "metrics", target / "quarantine"):
         if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
             raise ValueError(f"output directory is not writable: {directory}")
+
+
+def _under(inner: str, outer: str) -> bool:
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def _check_remote_output(out: str | Path, spec: InputSpec, checkpoint: str | Path | None, spark: Any) -> None:
+    """The same refusals, with URIs qualified by their Hadoop filesystem (scheme and authority filled in)."""
+    if spark is None:
+        raise ValueError(f"output {out} is on a remote filesystem: it is checked once Spark has started")
+    fs = HadoopFS(spark)
+    uri = getattr(spec, "uri", None)
+    source = fs.qualified(uri or str(spec.path.resolve())) if spec.files else None
+    shown = uri or spec.path
+    if local_path(out) is None:
+        status = fs.status(str(out))
+        target = fs.qualified(str(out))
+        if status is not None and not status.isDirectory():
+            raise ValueError(f"output must be a directory, got a file: {out}")
+        if source is not None and target == source:
+            raise ValueError(f"output {out} is the input directory; a re-run would read its own results")
+        if source is not None and _under(target, source):
+            raise ValueError(f"output {out} is inside the input {shown}; a re-run would read its own results")
+        if source is not None and _under(source, target):
+            raise ValueError(f"input {shown} is inside the output {out}; the run would overwrite what it reads")
+    if checkpoint is not None and source is not None:
+        where = fs.qualified(str(checkpoint))
+        if where == source or _under(where, source) or _under(source, where):
+            raise ValueError(f"checkpoint {checkpoint} overlaps the input {shown}")
+
+
+def input_name(spec: Any) -> str:
+    """The input as the summaries show it: the URI as given, a local path, or a Kafka URL."""
+    return getattr(spec, "uri", None) or str(spec.path)
 
 
 def text_schema(names: tuple[str, ...] | list[str] = REQUIRED_COLUMNS) -> StructType:
@@ -320,17 +484,17 @@ def read_raw(spark: SparkSession, spec: InputSpec | KafkaInput) -> DataFrame:
         return read_kafka_raw(spark, spec)
     assert isinstance(spec, InputSpec)
     if spec.format == "parquet":
-        return _to_contract(spark.read.parquet(spark_path(spec.path)), spec)
+        return _to_contract(spark.read.parquet(spec.reads_from()), spec)
     if spec.format == "jsonl":
         sources = [spec.columns[name] for name in REQUIRED_COLUMNS]
         reader = spark.read.option("mode", "PERMISSIVE").schema(text_schema(sources))
-        return reader.json([spark_path(f) for f in spec.files]).toDF(*REQUIRED_COLUMNS)
+        return reader.json([spec.reads_from(f) for f in spec.files]).toDF(*REQUIRED_COLUMNS)
     # CSV: Spark applies a schema by position, so each header layout is read on its own with
     # positional names, and the contract columns are picked by where its header put them.
     frames = []
     for header, files in spec.csv_layouts():
         positional = text_schema([f"_c{i}" for i in range(len(header))])
-        frame = _csv_reader(spark, positional).csv([spark_path(f) for f in files])
+        frame = _csv_reader(spark, positional).csv([spec.reads_from(f) for f in files])
         frames.append(
             frame.select(
                 *[F.col(f"_c{spec.header_index(header, name)}").alias(name) for name in REQUIRED_COLUMNS]
@@ -356,7 +520,7 @@ def read_stream(spark: SparkSession, spec: InputSpec | KafkaInput, files_per_bat
         assert not isinstance(spec, InputSpec)  # format "kafka" is a KafkaInput
         return read_kafka_stream(spark, spec)
     assert isinstance(spec, InputSpec)
-    path = spark_path(spec.path)
+    path = spec.reads_from()
     if spec.format == "parquet":
         schema = _to_contract(spark.read.parquet(path), spec).schema
         parquet = spark.readStream.schema(_source_schema(spec, schema)).option(

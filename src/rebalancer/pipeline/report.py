@@ -5,15 +5,23 @@ from __future__ import annotations
 import base64
 import html
 import io
-from pathlib import Path
 from typing import Any
 
+from rebalancer.pipeline.paths import OutputPath
 from rebalancer.pipeline.slots import SlotPlan
 
 
 def format_skew(ratio: float | None) -> str:
     """max/median task rows, two decimals; None means the median task had no rows."""
     return "n/a (the median task is empty)" if ratio is None else f"{ratio:.2f}"
+
+
+def _thousands(axis: Any) -> None:
+    """Row counts on a value axis as 1,234,567 (not 1.2e6 or 1234567), on linear and log scales alike."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
 
 
 def _png(figure: Any) -> str:
@@ -44,6 +52,8 @@ def _bars(series: list[tuple[str, list[float]]], title: str, ylabel: str) -> str
     axis.set_title(title)
     axis.set_xlabel("Spark task")
     axis.set_ylabel(ylabel)
+    if ylabel == "rows":
+        _thousands(axis.yaxis)
     axis.legend()
     return _png(figure)
 
@@ -64,6 +74,7 @@ def _hbars(labels: list[str], values: list[float], title: str, xlabel: str, log:
         axis.set_xlim(left=1, right=max([*values, 1]) * 8)
     else:
         axis.set_xlim(right=max([*values, 1]) * 1.15)
+    _thousands(axis.xaxis)
     axis.set_title(title)
     axis.set_xlabel(xlabel)
     return _png(figure)
@@ -92,6 +103,9 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         seconds.append((f"{previous.get('partitioning')} (previous run)", previous["task_seconds"]))
     seconds.append((after_label, summary["task_seconds"]))
     charts.append(("Seconds per task", _bars(seconds, "Seconds each task spent in the handlers", "seconds")))
+    handler_chart = _handler_seconds(summary)
+    if handler_chart is not None:
+        charts.append(handler_chart)
     top = summary["top_types"]
     charts.append(
         ("The hottest types", _hbars(list(top), list(top.values()), "Rows of the hottest types", "rows"))
@@ -118,9 +132,9 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         ("partitions", summary["partitions"]),
         (
             "ingested / accepted / quarantined",
-            f"{summary['ingested']} / {summary['accepted']} / {summary['quarantined']}",
+            f"{summary['ingested']:,} / {summary['accepted']:,} / {summary['quarantined']:,}",
         ),
-        ("types (sharded)", f"{summary['types']} ({', '.join(summary['sharded_types']) or 'none'})"),
+        ("types (sharded)", f"{summary['types']:,} ({', '.join(summary['sharded_types']) or 'none'})"),
         ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
         ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
         ("plan", _plan_line(plan)),
@@ -136,7 +150,56 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
         "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
         f"<h1>rebalancer pipeline report</h1><p>{html.escape(_intro(summary))}</p>"
-        f"<table>{table}</table>{figures}</body></html>\n"
+        f"<table>{table}</table>{_handler_table(summary)}{figures}</body></html>\n"
+    )
+
+
+def _user_handlers(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The per-handler sections, when the run had a handler map (not the built-in aggregation alone)."""
+    handlers = summary.get("handlers", {})
+    return handlers if set(handlers) - {"metrics"} or summary.get("unhandled") else {}
+
+
+def _handler_table(summary: dict[str, Any]) -> str:
+    handlers = _user_handlers(summary)
+    if not handlers:
+        return ""
+    head = "".join(
+        f"<th>{name}</th>"
+        for name in ("handler", "types", "rows", "calls", "split types", "skew, max/median task seconds")
+    )
+    body = ""
+    for name, section in handlers.items():
+        cells = [
+            name,
+            f"{section['types']:,}",
+            f"{section['rows']:,}",
+            "" if section.get("calls") is None else f"{section['calls']:,}",
+            ", ".join(section.get("split_types", [])) or "none",
+            format_skew(section.get("seconds_skew_ratio")),
+        ]
+        body += "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
+    unhandled = summary.get("unhandled", 0)
+    note = (
+        f"<p>{unhandled:,} accepted rows of {len(summary.get('unhandled_types', {})):,} types matched no handler "
+        "and no default: counted as unhandled (summary.json lists them by type).</p>"
+        if unhandled
+        else "<p>Every accepted row went to a handler.</p>"
+    )
+    return f"<h2>Handlers</h2><table><tr>{head}</tr>{body}</table>{note}"
+
+
+def _handler_seconds(summary: dict[str, Any]) -> tuple[str, str] | None:
+    series = [
+        (f"{name}, skew {format_skew(section.get('seconds_skew_ratio'))}", section["task_seconds"])
+        for name, section in _user_handlers(summary).items()
+        if section.get("task_seconds")
+    ]
+    if not series:
+        return None
+    return (
+        "Seconds per task, by handler",
+        _bars(series, "Seconds each task spent in each handler (skew = max / median)", "seconds"),
     )
 
 
@@ -156,7 +219,7 @@ def _plan_line(plan: SlotPlan) -> str:
 
 
 def write_report(
-    path: Path, summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None
+    path: OutputPath, summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None
 ) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(render_report(summary, plan, previous))

@@ -38,6 +38,8 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    if is_connect_url(master):
+        return _connect_session(str(master), app_name, shuffle_partitions)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -70,6 +72,55 @@ def build_session(
     with startup:
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+CONNECT_SCHEME = "sc://"
+# pyspark[connect]'s client needs these; the 'spark' extra installs them.
+CONNECT_CLIENT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
+# foreachBatch runs on the server there, so the rebalancer's state would not live in this process.
+STREAM_ON_CONNECT = "--stream needs a classic session (local[*], spark://…, yarn, k8s), not Spark Connect"
+
+
+def is_connect_url(master: str | None) -> bool:
+    """A Spark Connect address (`sc://host:port`), which a session reaches over gRPC, with no JVM here."""
+    return bool(master) and str(master).lower().startswith(CONNECT_SCHEME)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect session: no SparkContext, no accumulators, no JVM in this process.
+
+    Checked by class, not by `spark.sparkContext` (which raises there), and without importing the
+    Connect client (it needs grpcio, which a classic install may lack).
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """The tasks a stage gets by default: the SparkContext's where there is one; on Spark Connect
+    `spark.default.parallelism` if the server sets it, else `spark.sql.shuffle.partitions`."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    configured = spark.conf.get("spark.default.parallelism", None) or spark.conf.get(
+        "spark.sql.shuffle.partitions", "200"
+    )
+    return max(int(str(configured)), 1)
+
+
+def _connect_session(url: str, app_name: str, shuffle_partitions: int | None) -> SparkSession:
+    """A Spark Connect session; the server owns the JVM and its static settings (memory, UI, logs),
+    so only the SQL settings the pipeline relies on are set, per session."""
+    from pyspark.sql import SparkSession
+
+    from rebalancer._extras import require_extra
+
+    require_extra("Spark Connect (sc://)", "spark", CONNECT_CLIENT_MODULES)
+    session = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+    session.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    for key, value in PIPELINE_CONF.items():
+        session.conf.set(key, value)
+    if shuffle_partitions is not None:
+        session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return session
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -155,7 +155,6 @@ def plan_items(
     shard on its own slot costs one more handler call. Its entity buckets are packed into those
     shards with the same planner. Returns (items, sharded types, type -> {bucket: shard}).
     """
-    from rebalancer.balance import plan_rebalance
 
     total = sum(type_counts.values())
     bound = total / partitions if partitions else total
@@ -168,18 +167,81 @@ def plan_items(
             items[Item(type_name)] = int(count)
     shard_of: dict[str, dict[int, int]] = {}
     for type_name in sorted(sharded):
-        buckets = sorted(
-            (bucket, int(count))
-            for (name, bucket), count in bucket_counts.items()
-            if name == type_name and count > 0
-        )
-        shards = min(len(buckets), math.ceil(type_counts[type_name] / bound))
-        packed = plan_rebalance([c for _, c in buckets], [-1] * len(buckets), shards)
-        shard_of[type_name] = {bucket: int(s) for (bucket, _), s in zip(buckets, packed.owner)}
-        for shard, load in enumerate(packed.load_after):
+        buckets = {bucket: count for (name, bucket), count in bucket_counts.items() if name == type_name}
+        mapping, loads = pack_shards(buckets, math.ceil(type_counts[type_name] / bound))
+        shard_of[type_name] = mapping
+        for shard, load in enumerate(loads):
             if load > 0:
                 items[Item(type_name, shard)] = int(load)
     return items, sorted(sharded), shard_of
+
+
+def pack_shards(bucket_rows: Mapping[int, int], shards: int) -> tuple[dict[int, int], list[int]]:
+    """Pack hash buckets (bucket -> rows) into at most `shards` shards of near-equal rows.
+
+    Returns ({bucket: shard}, rows per shard). Empty buckets are left out; never more shards
+    than buckets, since each shard on its own slot costs one more handler call.
+    """
+    from rebalancer.balance import plan_rebalance
+
+    buckets = sorted((bucket, int(rows)) for bucket, rows in bucket_rows.items() if rows > 0)
+    if not buckets:
+        return {}, []
+    packed = plan_rebalance(
+        [rows for _, rows in buckets], [-1] * len(buckets), min(len(buckets), max(shards, 1))
+    )
+    mapping = {bucket: int(shard) for (bucket, _), shard in zip(buckets, packed.owner)}
+    return mapping, [int(load) for load in packed.load_after]
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass
+class Placement(Generic[K]):
+    """Where the planner put each item: `owner`, the moves against `previous`, and why it kept them."""
+
+    owner: dict[K, int]
+    current: dict[K, int]
+    moves: list[tuple[K, int, int]]
+    skipped: str | None
+
+
+def place(
+    weights: Mapping[K, float],
+    partitions: int,
+    previous: Mapping[K, int] | None = None,
+    max_moves: int | None = None,
+    extra: float = 0,
+    order: Callable[[K], Any] = str,
+) -> Placement[K]:
+    """Place weighted items on `partitions` slots with rebalancer.balance, sticky to `previous`.
+
+    The planner sees each item's weight plus `extra` (a fixed cost per item). Items are offered
+    heaviest first, ties by `order(key)`, so the same input always gives the same plan. A previous owner
+    outside 0..partitions-1 counts as none. Even a skipped plan places unowned (new) items.
+    """
+    from rebalancer.balance import plan_rebalance
+
+    names = sorted(weights, key=lambda name: (-weights[name], order(name)))
+    if not names:
+        return Placement({}, {}, [], "no rows")
+    throughput = [weights[name] + extra for name in names]
+    if all(isinstance(value, int) for value in throughput):
+        throughput = [int(value) for value in throughput]
+    current = [int((previous or {}).get(name, -1)) for name in names]
+    current = [slot if 0 <= slot < partitions else -1 for slot in current]
+    plan = plan_rebalance(throughput, current, partitions, max_moves=max_moves)
+    owner = [int(slot) for slot in plan.owner]
+    unplaced = [names[i] for i, slot in enumerate(owner) if not 0 <= slot < partitions]
+    if unplaced:
+        raise RuntimeError(f"planner left {len(unplaced)} items unplaced, e.g. {unplaced[0]!r}")
+    return Placement(
+        owner=dict(zip(names, owner)),
+        current=dict(zip(names, current)),
+        moves=[(names[int(item)], int(old), int(new)) for item, old, new in plan.moves],
+        skipped=plan.skipped,
+    )
 
 
 def make_plan(
@@ -197,48 +259,32 @@ def make_plan(
     handler call (a grouped-map UDF pays a fixed cost per group). 0 balances rows alone. Loads in
     the result are in rows either way.
     """
-    from rebalancer.balance import plan_rebalance
-
     if group_cost < 0:
         raise ValueError(f"group_cost must be >= 0, got {group_cost}")
-    names = sorted(items, key=lambda name: (-items[name], name))
-    throughput = [int(items[name]) + group_cost for name in names]
-    current = [int((previous or {}).get(name, -1)) for name in names]
-    current = [slot if 0 <= slot < partitions else -1 for slot in current]
-    if not names:
-        zeros = [0] * partitions
-        return SlotPlan(
-            partitions,
-            {},
-            {},
-            list(zeros),
-            list(zeros),
-            sharded=list(sharded),
-            skipped="no rows",
-            shard_of=dict(shard_of or {}),
-        )
-    # Even a skipped plan places unowned items (new types), so the default gate is safe here.
-    plan = plan_rebalance(throughput, current, partitions, max_moves=max_moves)
-    owner = [int(slot) for slot in plan.owner]
-    unplaced = [names[i] for i, slot in enumerate(owner) if not 0 <= slot < partitions]
-    if unplaced:
-        raise RuntimeError(f"planner left {len(unplaced)} items unplaced, e.g. {unplaced[0]!r}")
-    moves = [(names[int(item)], int(old), int(new)) for item, old, new in plan.moves]
+    placed = place(
+        {item: int(rows) for item, rows in items.items()},
+        partitions,
+        previous,
+        max_moves,
+        group_cost,
+        order=lambda item: item,
+    )
     load_before = [0] * partitions
     load_after = [0] * partitions
-    for name, old, new in zip(names, current, owner):
+    for item, new in placed.owner.items():
+        old = placed.current[item]
         if old >= 0:
-            load_before[old] += int(items[name])
-        load_after[new] += int(items[name])
+            load_before[old] += int(items[item])
+        load_after[new] += int(items[item])
     return SlotPlan(
         partitions=partitions,
-        owner=dict(zip(names, owner)),
-        counts={name: int(items[name]) for name in names},
+        owner=placed.owner,
+        counts={item: int(items[item]) for item in placed.owner},
         load_before=load_before,
         load_after=load_after,
-        moves=moves,
+        moves=placed.moves,
         sharded=list(sharded),
-        skipped=plan.skipped,
+        skipped=placed.skipped,
         shard_of=dict(shard_of or {}),
     )
 

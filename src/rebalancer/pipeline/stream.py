@@ -13,24 +13,30 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer.pipeline.batch import count_input, skew_ratio, write_json
 from rebalancer.pipeline.dispatch import PARTITIONINGS, dispatch
+from rebalancer.pipeline.framework import Routing, route_types, run_handlers
 from rebalancer.pipeline.ingest import (
     REASONS,
     InputSpec,
     accepted_rows,
     check_output,
     classify,
+    input_name,
     quarantine_rows,
     read_stream,
 )
-from rebalancer.pipeline.session import pipeline_conf
+from rebalancer.pipeline.paths import OutputPath, local_path, output_path
+from rebalancer.pipeline.session import STREAM_ON_CONNECT, is_connect, pipeline_conf
 from rebalancer.pipeline.slots import (
     WHOLE,
     SlotPlan,
@@ -44,6 +50,7 @@ from rebalancer.pipeline.slots import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
 
 log = logging.getLogger(__name__)
@@ -58,7 +65,7 @@ class StreamConfig:
     max_batches: int | None = None
     files_per_batch: int = 1
     available_now: bool = False
-    checkpoint: Path | None = None
+    checkpoint: str | Path | None = None  # a local path or a Hadoop filesystem URI
     trigger_seconds: float = 2.0
     # Fault injection for tests: raise after this batch's outputs are written, before its state is.
     crash_after_batch: int | None = None
@@ -78,6 +85,28 @@ class StreamConfig:
             raise ValueError(f"files_per_batch must be >= 1, got {self.files_per_batch}")
         if self.max_moves is not None and self.max_moves < 0:
             raise ValueError(f"max_moves must be >= 0, got {self.max_moves}")
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One micro-batch as applied, for `run_stream`'s `on_batch` (the CLI prints it as one line)."""
+
+    batch_id: int
+    rows: int
+    accepted: int
+    quarantined: int
+    seconds: float
+    skew_ratio: float | None  # max/median rows over this batch's tasks
+    replanned: bool
+    moves: int
+
+    def line(self) -> str:
+        skew = "n/a" if self.skew_ratio is None else f"{self.skew_ratio:.2f}"
+        plan = f", re-planned ({self.moves} moved)" if self.replanned else ""
+        return (
+            f"batch {self.batch_id}: {self.rows:,} rows ({self.quarantined:,} quarantined) in "
+            f"{self.seconds:.1f} s, skew {skew}{plan}"
+        )
 
 
 class StopAfterBatches(Exception):
@@ -116,7 +145,7 @@ def _empty_state(partitions: int) -> dict[str, Any]:
 class StreamState:
     """The rebalancer's state under the checkpoint directory, replaced atomically per batch."""
 
-    def __init__(self, path: Path, partitions: int) -> None:
+    def __init__(self, path: OutputPath, partitions: int) -> None:
         self.path = path
         try:
             self.data = json.loads(path.read_text())
@@ -140,14 +169,21 @@ class StreamState:
 class BatchProcessor:
     """The foreachBatch function and what it needs across batches."""
 
+    # Called with each batch's progress once it is applied (set by run_stream).
+    on_batch: Callable[[BatchProgress], None] | None = None
+
     def __init__(
         self,
-        out: Path,
+        out: OutputPath,
         config: StreamConfig,
         state: StreamState,
         sink: PostgresSink | None = None,
-        checkpoint: Path | None = None,
+        checkpoint: OutputPath | None = None,
+        handlers: Pipeline | None = None,
+        cost: str = "rows",
     ) -> None:
+        self.handlers = handlers
+        self.cost = cost
         self.out = out
         self.config = config
         self.state = state
@@ -193,6 +229,14 @@ class BatchProcessor:
         data["window_type_counts"] = {}
         data["window_bucket_counts"] = []
         data["last_plan"] = {"batch_id": batch_id, **plan.to_json()}
+        log.info(
+            "batch %d: re-planned %d items over %d tasks, %d moved, planned max/median %s",
+            batch_id,
+            len(plan.owner),
+            n,
+            sum(1 for _, old, _ in plan.moves if old >= 0),
+            skew_ratio(plan.load_after),
+        )
         return plan
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
@@ -207,6 +251,7 @@ class BatchProcessor:
                 log.info("batch %d already applied, skipping", batch_id)
                 return
             snapshot = copy.deepcopy(self.state.data)
+            started = time.perf_counter()
             try:
                 with pipeline_conf(frame.sparkSession):
                     self._process(frame, batch_id)
@@ -215,6 +260,10 @@ class BatchProcessor:
                 raise
             self.state.save()
             self.processed += 1
+            progress = _progress(snapshot, self.state.data, batch_id, time.perf_counter() - started)
+            log.info("%s", progress.line())
+            if self.on_batch is not None:
+                self.on_batch(progress)
 
     def _process(self, frame: DataFrame, batch_id: int) -> None:
         """Write the batch's outputs, then count it in the (unsaved) state."""
@@ -223,13 +272,20 @@ class BatchProcessor:
         classified = classify(frame).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts = count_input(classified, self.config.partitions)
-            plan = self.current_plan(counts.type_counts, counts.bucket_counts, batch_id)
+            routing = route_types(self.handlers, counts)
+            builtin = routing.builtin_counts
+            plan = self.current_plan(builtin.type_counts, builtin.bucket_counts, batch_id)
             (
                 quarantine_rows(classified)
                 .write.mode("overwrite")
                 .parquet(str(self.out / "quarantine" / f"batch_id={batch_id}"))
             )
-            job = dispatch(accepted_rows(classified), self.config.partitioning, self.config.partitions, plan)
+            job = dispatch(
+                routing.builtin_rows(accepted_rows(classified)),
+                self.config.partitioning,
+                self.config.partitions,
+                plan,
+            )
             # Kept for the sink, which would otherwise run the grouped map a second time.
             metrics = (
                 job.metrics.persist(StorageLevel.MEMORY_AND_DISK) if self.sink is not None else job.metrics
@@ -240,26 +296,60 @@ class BatchProcessor:
                 .parquet(str(self.out / "metrics" / f"batch_id={batch_id}"))
             )
             task_rows, task_seconds = job.task_stats()
+            stores = self.checkpoint / "rebalancer" if self.checkpoint is not None else None
+            kept: dict[str, DataFrame] | None = {} if self.sink is not None else None
+            sections = run_handlers(
+                routing,
+                classified,
+                self.out,
+                stores,
+                self.config.partitions,
+                self.cost,
+                lambda _stage: None,
+                batch_id=batch_id,
+                keep=kept,
+            )
             if self.sink is not None:
                 from rebalancer.pipeline.sinks import write_stream_outputs
 
                 # The batch's tables and its rebalancer_batches row commit together; a replay is skipped.
                 try:
-                    outputs = {"metrics": metrics, "quarantine": quarantine_rows(classified)}
+                    outputs = {"metrics": metrics, "quarantine": quarantine_rows(classified), **(kept or {})}
                     checkpoint = self.checkpoint or self.out / "_checkpoint"
+                    # The sink reads Spark's query id from the checkpoint with local I/O.
+                    where = local_path(str(checkpoint)) or str(checkpoint)
                     write_stream_outputs(
-                        self.sink, outputs, checkpoint, batch_id, self.state.data.setdefault("sink", {})
+                        self.sink,
+                        outputs,
+                        where,
+                        batch_id,
+                        self.state.data.setdefault("sink", {}),
+                        keys=routing.pipeline.table_keys(frame.sparkSession),
                     )
                 finally:
                     metrics.unpersist()
+                    for kept_frame in (kept or {}).values():
+                        kept_frame.unpersist()
             if self.config.crash_after_batch == batch_id:
                 raise InjectedCrash(f"injected crash after writing batch {batch_id}")
         finally:
             classified.unpersist()
-        self._apply(counts, task_rows, task_seconds, batch_id)
+        self._apply(counts, task_rows, task_seconds, batch_id, routing, sections)
 
-    def _apply(self, counts: Any, task_rows: list[int], task_seconds: list[float], batch_id: int) -> None:
+    def _apply(
+        self,
+        counts: Any,
+        task_rows: list[int],
+        task_seconds: list[float],
+        batch_id: int,
+        routing: Routing | None = None,
+        sections: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         data = self.state.data
+        if routing is not None:
+            add_routing(data, routing, sections or {})
+        # The slot plan's window counts only the types the built-in aggregation runs.
+        window_counts = routing.builtin_counts if routing is not None else counts
         totals = data["totals"]
         totals["ingested"] += counts.ingested
         totals["accepted"] += counts.accepted
@@ -267,10 +357,11 @@ class BatchProcessor:
         for reason, count in counts.reasons.items():
             totals["reasons"][reason] = totals["reasons"].get(reason, 0) + count
         for type_name, count in counts.type_counts.items():
-            data["window_type_counts"][type_name] = data["window_type_counts"].get(type_name, 0) + count
             data["type_totals"][type_name] = data["type_totals"].get(type_name, 0) + count
+        for type_name, count in window_counts.type_counts.items():
+            data["window_type_counts"][type_name] = data["window_type_counts"].get(type_name, 0) + count
         window = {(str(t), int(b)): int(c) for t, b, c in data["window_bucket_counts"]}
-        for key, count in counts.bucket_counts.items():
+        for key, count in window_counts.bucket_counts.items():
             window[key] = window.get(key, 0) + count
         data["window_bucket_counts"] = [[t, b, c] for (t, b), c in sorted(window.items())]
         data["task_rows"] = [a + b for a, b in zip(data["task_rows"], task_rows)]
@@ -279,8 +370,43 @@ class BatchProcessor:
         data["last_batch_id"] = batch_id
 
 
+def add_routing(data: dict[str, Any], routing: Routing, sections: dict[str, dict[str, Any]]) -> None:
+    """Add one batch's handler totals (types seen, rows, calls) and unhandled rows to the state."""
+    handlers = data.setdefault("handlers", {})
+    parts = {name: (types, sections.get(name, {})) for name, types in routing.handlers.items()}
+    builtin = routing.builtin_counts.type_counts
+    if builtin:
+        parts["metrics"] = (list(builtin), {})
+    for name, (types, section) in parts.items():
+        total = handlers.setdefault(name, {"types": 0, "rows": 0, "calls": 0, "seen_types": []})
+        seen = sorted({*total["seen_types"], *types})
+        total["seen_types"] = seen
+        total["types"] = len(seen)
+        total["rows"] += sum(int(routing.counts.type_counts[t]) for t in types)
+        total["calls"] += int(section.get("calls") or 0)
+    unhandled = data.setdefault("unhandled_types", {})
+    for type_name, count in routing.unhandled.items():
+        unhandled[type_name] = unhandled.get(type_name, 0) + count
+
+
 def _shard_map(data: dict[str, Any], type_name: str) -> dict[int, int]:
     return {int(b): int(s) for b, s in data.get("shard_of", {}).get(type_name, {}).items()}
+
+
+def _progress(before: dict[str, Any], after: dict[str, Any], batch_id: int, seconds: float) -> BatchProgress:
+    """What one batch added to the state."""
+    task_rows = [new - old for new, old in zip(after["task_rows"], before["task_rows"])]
+    totals, previous = after["totals"], before["totals"]
+    return BatchProgress(
+        batch_id=batch_id,
+        rows=totals["ingested"] - previous["ingested"],
+        accepted=totals["accepted"] - previous["accepted"],
+        quarantined=totals["quarantined"] - previous["quarantined"],
+        seconds=round(seconds, 3),
+        skew_ratio=skew_ratio(task_rows),
+        replanned=after["plans"] > before["plans"],
+        moves=after["moves"] - before["moves"],
+    )
 
 
 def _plan_from_state(data: dict[str, Any], partitions: int) -> SlotPlan:
@@ -341,34 +467,66 @@ def run_stream(
     out: str | Path,
     config: StreamConfig,
     sink: PostgresSink | None = None,
+    report_dir: str | Path | None = None,
+    handlers: Pipeline | None = None,
+    cost: str = "rows",
+    on_batch: Callable[[BatchProgress], None] | None = None,
 ) -> dict[str, Any]:
     """Run until the input is drained (available_now), `max_batches` are done, or Ctrl-C.
+
+    `on_batch` gets each micro-batch's BatchProgress once it is applied (on Spark's callback thread).
+    Ctrl-C (SIGINT, when called from the main thread) stops the query cleanly: the batch in flight is
+    rolled back, and the summary of the batches applied is returned with `"interrupted": true`.
+
+    `out` and the checkpoint may be Hadoop filesystem URIs (see `run_batch`); summary.json and
+    plan.json go to `report_dir` if given.
 
     With `sink`, each micro-batch is also written to PostgreSQL exactly once (`rebalancer.pipeline.sinks`).
     """
 
     config.validate()
-    if spec.files and not spec.path.is_dir():  # a Kafka topic has no files
-        raise ValueError(f"streaming needs an input directory, got a file: {spec.path}")
-    out = Path(out)
-    checkpoint = Path(config.checkpoint) if config.checkpoint else out / "_checkpoint"
-    check_output(out, spec, checkpoint)
+    if is_connect(spark):
+        raise ValueError(f"stream: {STREAM_ON_CONNECT}")
+    if spec.files and not spec.is_directory():  # a Kafka topic has no files
+        raise ValueError(f"streaming needs an input directory, got a file: {input_name(spec)}")
+    target = output_path(out, spark)
+    checkpoint = output_path(config.checkpoint, spark) if config.checkpoint else target / "_checkpoint"
+    check_output(out, spec, checkpoint, spark=spark)
+    reports = output_path(report_dir) if report_dir is not None else None
     with pipeline_conf(spark):
-        return _run_stream(spark, spec, out, config, checkpoint, sink)
+        return _run_stream(
+            spark,
+            spec,
+            target,
+            config,
+            checkpoint,
+            sink,
+            reports=reports,
+            handlers=handlers,
+            cost=cost,
+            on_batch=on_batch,
+        )
 
 
 def _run_stream(
     spark: SparkSession,
     spec: InputSpec,
-    out: Path,
+    out: OutputPath,
     config: StreamConfig,
-    checkpoint: Path,
+    checkpoint: OutputPath,
     sink: PostgresSink | None = None,
+    reports: OutputPath | None = None,
+    handlers: Pipeline | None = None,
+    cost: str = "rows",
+    on_batch: Callable[[BatchProgress], None] | None = None,
 ) -> dict[str, Any]:
     from pyspark.errors import StreamingQueryException
 
     state = StreamState(checkpoint / "rebalancer" / "state.json", config.partitions)
-    processor = BatchProcessor(out, config, state, sink=sink, checkpoint=checkpoint)
+    processor = BatchProcessor(
+        out, config, state, sink=sink, checkpoint=checkpoint, handlers=handlers, cost=cost
+    )
+    processor.on_batch = on_batch
     started = time.perf_counter()
     writer = (
         stream_reader(spark, spec, config.files_per_batch)
@@ -384,31 +542,92 @@ def _run_stream(
     if quiet:
         quiet.__enter__()
     query = writer.start()
+    waiter = _QueryWaiter(query)
+    interrupted = False
     try:
-        while query.isActive:
-            if query.awaitTermination(1):
-                break
-        query.awaitTermination()
+        interrupted = waiter.wait()
+        if interrupted:
+            log.info("interrupted: stopping the query")
+            if quiet is None:  # the batch in flight fails as it is cancelled: expected now
+                quiet = _QuietStop(spark).__enter__()
+            with _sigint(signal.SIG_IGN):  # a second Ctrl-C must not cut a Py4J call in half
+                query.stop()
+                waiter.ended.wait()
+        elif waiter.failure is not None:
+            raise waiter.failure
     except StreamingQueryException:
         if not processor.stop_requested:
             raise
-    except KeyboardInterrupt:
-        query.stop()
     finally:
         if query.isActive:
             query.stop()
         if quiet:
             quiet.__exit__(None, None, None)
-    return write_stream_summary(out, spec, config, state.data, time.perf_counter() - started)
+    with processor.lock:  # the callback thread is done with the state once the query has stopped
+        data = copy.deepcopy(state.data)
+    return write_stream_summary(
+        out, spec, config, data, time.perf_counter() - started, reports, interrupted=interrupted
+    )
+
+
+class _QueryWaiter:
+    """Waits for a query on a helper thread, so that Ctrl-C finds the main thread outside Py4J.
+
+    A SIGINT during a Py4J call leaves that call's connection mid-answer, and pyspark's own SIGINT
+    handler makes a Py4J call from inside the handler: either can end in a Py4J traceback. Here the
+    main thread waits on an Event, and Ctrl-C only raises KeyboardInterrupt out of that wait.
+    """
+
+    def __init__(self, query: Any) -> None:
+        self.query = query
+        self.ended = threading.Event()
+        self.failure: BaseException | None = None
+        threading.Thread(target=self._watch, name="stream-query-wait", daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            self.query.awaitTermination()
+        except BaseException as exc:  # handed to the main thread, which decides
+            self.failure = exc
+        finally:
+            self.ended.set()
+
+    def wait(self) -> bool:
+        """True if Ctrl-C came before the query ended."""
+        try:
+            with _sigint(signal.default_int_handler):
+                self.ended.wait()
+        except KeyboardInterrupt:
+            return True
+        return False
+
+
+@contextmanager
+def _sigint(handler: Any) -> Iterator[None]:
+    """`handler` for SIGINT for the duration, where this thread may set it (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def write_stream_summary(
-    out: Path, spec: InputSpec, config: StreamConfig, data: dict[str, Any], elapsed: float
+    out: OutputPath,
+    spec: InputSpec,
+    config: StreamConfig,
+    data: dict[str, Any],
+    elapsed: float,
+    reports: OutputPath | None = None,
+    interrupted: bool = False,
 ) -> dict[str, Any]:
     totals = data["totals"]
     summary = {
         "mode": "stream",
-        "input": str(spec.path),
+        "input": input_name(spec),
         "format": spec.format,
         "output": str(out),
         "ingested": totals["ingested"],
@@ -426,11 +645,18 @@ def write_stream_summary(
         "task_rows": data["task_rows"],
         "task_seconds": data["task_seconds"],
         "skew_ratio": skew_ratio(data["task_rows"]),
+        "handled": data["totals"]["accepted"] - sum(data.get("unhandled_types", {}).values()),
+        "unhandled": sum(data.get("unhandled_types", {}).values()),
+        "unhandled_types": data.get("unhandled_types", {}),
+        "handlers": data.get("handlers", {}),
     }
     if data.get("sink"):
         summary["sink"] = data["sink"]
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "summary.json", summary)
+    if interrupted:
+        summary["interrupted"] = True  # stopped by Ctrl-C: the batches above are all that were applied
+    reports = reports or out  # where summary.json and plan.json live
+    reports.mkdir(parents=True, exist_ok=True)
+    write_json(reports / "summary.json", summary)
     if data.get("last_plan"):
-        write_json(out / "plan.json", {"partitioning": config.partitioning, **data["last_plan"]})
+        write_json(reports / "plan.json", {"partitioning": config.partitioning, **data["last_plan"]})
     return summary

@@ -334,6 +334,9 @@ class ShedderConfig:
     @classmethod
     def from_broker_conf(cls, path: str | Path, **overrides: object) -> ShedderConfig:
         """Settings from a Pulsar broker.conf (Java properties syntax); see ``from_properties``."""
+        from rebalancer._extras import require_extra
+
+        require_extra("ShedderConfig.from_broker_conf", "pulsar")
         import javaproperties
 
         path = Path(path)

@@ -1,6 +1,12 @@
 """The executor side of PostgresSink: one task's partition into PostgreSQL by COPY, in one transaction.
 
 Kept apart from the driver code so a Python worker unpickles only this and what it imports.
+
+The rows travel in COPY's binary format, encoded from Spark's Arrow batches by pgpq (in Rust, with
+no Python per row): measured on the metrics of a 2M-event run (1.29M rows, 12 columns), encoding
+took 0.3 s of CPU against 4.3 s for pyarrow's CSV writer, and the server spent 1.6 s parsing it
+against 3.7 s for the same rows as CSV (text to float and timestamp conversions). ADBC's
+PostgreSQL driver also sends binary COPY, but took 1.5 s of client CPU for the same rows.
 """
 
 from __future__ import annotations
@@ -11,13 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 # What each task reports back to the driver.
 RESULT_SCHEMA = "partition int, copied long, changed long"
 UPSERT = "upsert"
 STAGE = "stage"
-_CSV_OPTIONS = pacsv.WriteOptions(include_header=False)
 
 if TYPE_CHECKING:
     from psycopg import sql
@@ -101,6 +105,7 @@ class CopyTask:
 
     def _write(self, partition: int, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
         import psycopg
+        from pgpq import ArrowToPostgresBinaryEncoder
         from psycopg import sql
 
         names = tuple(name for name, _ in self.columns)
@@ -116,7 +121,7 @@ class CopyTask:
                 sql.SQL("DROP TABLE IF EXISTS {}").format(stage),
                 sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(stage, definition),
             ]
-        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
             stage, sql.SQL(", ").join(sql.Identifier(c) for c in names)
         )
         copied = changed = 0
@@ -125,11 +130,16 @@ class CopyTask:
             for statement in create:
                 cur.execute(statement)
             with cur.copy(copy_sql) as copy:
+                encoder: ArrowToPostgresBinaryEncoder | None = None
                 for batch in batches:
-                    sink = pa.BufferOutputStream()
-                    pacsv.write_csv(batch.select(list(names)), sink, _CSV_OPTIONS)
-                    copy.write(sink.getvalue())
+                    batch = batch.select(list(names))
+                    if encoder is None:
+                        encoder = ArrowToPostgresBinaryEncoder(batch.schema)
+                        copy.write(encoder.write_header())
+                    copy.write(encoder.write_batch(batch))
                     copied += batch.num_rows
+                if encoder is not None:
+                    copy.write(encoder.finish())
             if self.fail_after_copy:
                 raise InjectedFailure(f"injected failure after COPY of {copied} rows, before the commit")
             if self.mode == UPSERT:

@@ -20,6 +20,8 @@ from rebalancer.pipeline.sinks.postgres import DEFAULT_SCHEMA, Output, PostgresS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from rebalancer.pipeline.framework import Pipeline
+
 METRICS_TABLE = "metrics"
 QUARANTINE_TABLE = "quarantine"
 METRICS_KEY = ("type", "entity", "minute")
@@ -50,15 +52,23 @@ def with_row_key(quarantine: DataFrame) -> DataFrame:
     return numbered.select(digest.alias("row_key"), *columns, "occurrence")
 
 
-def sink_outputs(outputs: Mapping[str, DataFrame], batch_id: int | None = None) -> list[Output]:
-    """Each named output with its table key; stream batches add a `batch_id` column and key part."""
+def sink_outputs(
+    outputs: Mapping[str, DataFrame],
+    batch_id: int | None = None,
+    keys: Mapping[str, tuple[str, ...]] | None = None,
+) -> list[Output]:
+    """Each named output with its table key; stream batches add a `batch_id` column and key part.
+
+    `keys` gives the key of every other output (a handler's table: `framework.Handler.table_key`).
+    """
     from pyspark.sql import functions as F
 
+    known = {**OUTPUT_KEYS, **(keys or {})}
     result = []
     for name, frame in outputs.items():
-        if name not in OUTPUT_KEYS:
-            raise ValueError(f"output must be one of {', '.join(OUTPUT_KEYS)}, got {name!r}")
-        key = OUTPUT_KEYS[name]
+        if name not in known:
+            raise ValueError(f"output must be one of {', '.join(known)}, got {name!r}")
+        key = known[name]
         if name == QUARANTINE_TABLE:
             frame = with_row_key(frame)
         if batch_id is not None:
@@ -68,13 +78,17 @@ def sink_outputs(outputs: Mapping[str, DataFrame], batch_id: int | None = None) 
     return result
 
 
-def prepare_sink(sink: PostgresSink, spark: SparkSession, stream: bool = False) -> None:
+def prepare_sink(
+    sink: PostgresSink, spark: SparkSession, stream: bool = False, handlers: Pipeline | None = None
+) -> None:
     """Create or check the run's tables before any work, from the outputs' schemas.
 
     The schemas do not depend on the input (its columns are cast by name), so an empty frame of the
-    input contract gives them without reading anything and without a Spark job.
+    input contract gives them without reading anything and without a Spark job. Each of `handlers`
+    gets a table of its own, from its declared schema, keyed by its `table_key`.
     """
     from rebalancer.pipeline.dispatch import dispatch
+    from rebalancer.pipeline.framework import with_date
     from rebalancer.pipeline.ingest import accepted_rows, classify, quarantine_rows, text_schema
 
     classified = classify(spark.createDataFrame([], text_schema()))
@@ -82,7 +96,12 @@ def prepare_sink(sink: PostgresSink, spark: SparkSession, stream: bool = False) 
         METRICS_TABLE: dispatch(accepted_rows(classified), "hash", 1).metrics,
         QUARANTINE_TABLE: quarantine_rows(classified),
     }
-    sink.prepare(sink_outputs(outputs, batch_id=0 if stream else None))
+    keys: dict[str, tuple[str, ...]] = {}
+    for handler in handlers.handlers if handlers is not None else []:
+        frame, _ = with_date(spark.createDataFrame([], handler.schema))
+        outputs[handler.name] = frame
+        keys[handler.name] = handler.table_key(frame.schema)
+    sink.prepare(sink_outputs(outputs, batch_id=0 if stream else None, keys=keys))
 
 
 def _section(sink: PostgresSink) -> dict[str, Any]:
@@ -97,13 +116,15 @@ def _add(section: dict[str, Any], writes: list[TableWrite], seconds: float) -> N
     section["seconds"] = round(section["seconds"] + seconds, 3)
 
 
-def write_outputs(sink: PostgresSink, outputs: Mapping[str, DataFrame]) -> dict[str, Any]:
+def write_outputs(
+    sink: PostgresSink, outputs: Mapping[str, DataFrame], keys: Mapping[str, tuple[str, ...]] | None = None
+) -> dict[str, Any]:
     """Batch run: upsert every output; returns summary.json's `sink` section.
 
     The frames should be persisted by the caller: each table is one more Spark job over its frame.
     """
     started = time.perf_counter()
-    writes = sink.write_all(sink_outputs(outputs))
+    writes = sink.write_all(sink_outputs(outputs, keys=keys))
     section = _section(sink)
     _add(section, writes, time.perf_counter() - started)
     return section
@@ -124,6 +145,7 @@ def write_stream_outputs(
     checkpoint: str | Path,
     batch_id: int,
     totals: dict[str, Any],
+    keys: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """One micro-batch, exactly once: its tables and its `rebalancer_batches` row commit together.
 
@@ -132,7 +154,7 @@ def write_stream_outputs(
     """
     started = time.perf_counter()
     writes = sink.write_batch(
-        sink_outputs(outputs, batch_id), query=stream_query_id(checkpoint), batch_id=batch_id
+        sink_outputs(outputs, batch_id, keys), query=stream_query_id(checkpoint), batch_id=batch_id
     )
     if not totals:
         totals.update(_section(sink), batches=0, skipped_batches=0)

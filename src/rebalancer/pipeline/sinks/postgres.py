@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rebalancer._extras import require_extra
 from rebalancer.pipeline.sinks._copy import (
     RESULT_SCHEMA,
     STAGE,
@@ -35,7 +36,7 @@ from rebalancer.pipeline.sinks._copy import (
 
 if TYPE_CHECKING:
     import psycopg
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,11 @@ DEFAULT_SCHEMA = "rebalancer"
 BATCHES_TABLE = "rebalancer_batches"
 MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1
 STAGE_PREFIX = "_rebalancer_stage_"
+# Spark's default, 10,000 rows per Arrow batch, spends more on the hand-over to Python than the
+# whole COPY costs: 6.1 s of CPU for the 1.29M metric rows of the benchmark against 3.5 s with
+# 200,000 (a batch of metrics is then about 25 MB).
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ARROW_BATCH_ROWS = 200_000
 
 
 class SinkError(RuntimeError):
@@ -125,10 +131,9 @@ class PostgresSink:
         connect_timeout: int = 10,
         inject_failure_after_copy: bool = False,
     ) -> None:
-        try:
-            from psycopg.conninfo import conninfo_to_dict, make_conninfo
-        except ImportError as exc:
-            raise ValueError("the PostgreSQL sink needs psycopg: pip install 'rebalancer[postgres]'") from exc
+        require_extra("the PostgreSQL sink", "postgres")
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
         if not isinstance(url, str) or not url.startswith(SCHEMES):
             raise ValueError(
                 f"sink must be a postgresql://user:password@host:port/database URL, got {_scheme_only(url)!r}"
@@ -554,12 +559,27 @@ class PostgresSink:
         from pyspark.errors import PySparkException
 
         try:
-            rows = frame.mapInArrow(task, RESULT_SCHEMA).collect()
+            with _arrow_batch_rows(frame.sparkSession, ARROW_BATCH_ROWS):
+                rows = frame.mapInArrow(task, RESULT_SCHEMA).collect()
         except (PySparkException, Py4JJavaError) as exc:
             raise SinkError(
                 f"sink {self.display_url}: writing {self.schema}.{task.table} failed: {self.redact(_python_error(exc))}"
             ) from None
         return [(int(r["partition"]), int(r["copied"]), int(r["changed"])) for r in rows]
+
+
+@contextmanager
+def _arrow_batch_rows(spark: SparkSession, rows: int) -> Iterator[None]:
+    """Spark hands `rows` rows per Arrow batch to the tasks for the duration; the caller's setting after."""
+    previous = spark.conf.get(ARROW_BATCH_CONF, None)
+    spark.conf.set(ARROW_BATCH_CONF, str(rows))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(ARROW_BATCH_CONF)
+        else:
+            spark.conf.set(ARROW_BATCH_CONF, previous)
 
 
 def _incompatibility(

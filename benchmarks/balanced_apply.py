@@ -1,0 +1,287 @@
+"""Plain `groupBy(key).applyInPandas` vs `balanced_apply` by rows and by measured seconds.
+
+A per-key workload where rows are not cost: 2,000 keys with Zipf 1.1 volumes (4,000,000 rows), and
+a per-key function with a real fixed cost per call (per entity: per-minute means, then a
+least-squares trend with `np.polyfit`), split-safe by `entity`. Three modes, each measured on its
+second run (the first run of `cost="seconds"` records the seconds its second run plans with):
+- plain: Spark's `df.groupBy("key").applyInPandas(func, schema)`, its calls timed by a wrapper;
+- rows: `balanced_apply(..., split_by="entity", cost="rows")`;
+- seconds: `balanced_apply(..., split_by="entity", cost="seconds", store=PlanStore(tmp))`.
+
+Settings, as benchmarks/pipeline.py: `--partitions 16` (max/median task seconds), partitions ==
+Spark's cores (wall clock), and 64 partitions, whose measured task seconds are list-scheduled onto 64
+cores for a projected cluster makespan. Then the combine check: a sum-like function with hot keys
+split and `combine` merging the partial sums must equal the plain result exactly.
+
+Last line: RESULT seconds_skew_plain=… seconds_skew_rows=… seconds_skew_seconds=…
+projected_makespan_ratio_64=… wall_ratio_vs_plain=… combine_ok=…
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# benchmarks/ is the script's directory, so its sibling is importable: one scheduler for both benchmarks.
+from pipeline import PROJECTED_CORES, list_schedule, ratio
+from rebalancer.pipeline.apply import PlanStore, balanced_apply
+from rebalancer.pipeline.handler import TaskStatsParam, task_stats
+from rebalancer.pipeline.session import build_session
+
+START = np.datetime64("2026-01-01T00:00:00", "us")
+TREND_SCHEMA = "key string, entity string, rows long, slope double"
+SUM_SCHEMA = "key string, n long, total double"
+MODES = ("plain", "rows", "seconds")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def volumes(rows: int, keys: int, skew: float) -> np.ndarray:
+    """Rows per key, Zipf(`skew`) by rank, summing exactly to `rows` (largest remainders)."""
+    weights = 1.0 / np.arange(1, keys + 1, dtype=np.float64) ** skew
+    exact = rows * weights / weights.sum()
+    counts = np.floor(exact).astype(np.int64)
+    counts[np.argsort(counts - exact, kind="stable")[: rows - int(counts.sum())]] += 1
+    return counts
+
+
+def generate_input(path: Path, rows: int, keys: int, skew: float, entities: int, minutes: int) -> None:
+    """Parquet files of (key, entity, ts, value), rows shuffled; values are whole numbers so sums are exact."""
+    rng = np.random.default_rng(12)
+    key_index = np.repeat(np.arange(keys), volumes(rows, keys, skew))
+    rng.shuffle(key_index)
+    key_names = np.array([f"k{i:04d}" for i in range(keys)], dtype=object)
+    entity_names = np.array([f"e{i:03d}" for i in range(entities)], dtype=object)
+    table = pa.table(
+        {
+            "key": pa.array(key_names[key_index], pa.string()),
+            "entity": pa.array(entity_names[rng.integers(0, entities, rows)], pa.string()),
+            "ts": pa.array(START + rng.integers(0, minutes * 60_000_000, rows).astype("timedelta64[us]")),
+            "value": pa.array(rng.integers(0, 1000, rows).astype(np.float64)),
+        }
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    files = 8
+    for index in range(files):
+        chunk = table.slice(index * rows // files, (index + 1) * rows // files - index * rows // files)
+        pq.write_table(chunk, path / f"part-{index}.parquet")
+
+
+def trend(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per entity: its rows, and the slope of its per-minute mean value over time (a linear fit).
+
+    Split-safe by entity: every output row depends on one entity's rows only.
+    """
+    minute = frame["ts"].dt.floor("1min").rename("minute")
+    per_minute = frame.groupby([frame["entity"], minute], sort=True)["value"].mean()
+    counts = frame.groupby("entity", sort=True).size()
+    slopes = []
+    for _entity, series in per_minute.groupby(level=0, sort=True):
+        x = series.index.get_level_values(1).asi8 / 60e9
+        slopes.append(float(np.polyfit(x - x[0], series.to_numpy(), 1)[0]) if len(series) > 1 else 0.0)
+    return pd.DataFrame(
+        {"key": frame["key"].iloc[0], "entity": counts.index, "rows": counts.to_numpy(), "slope": slopes}
+    )
+
+
+def partial_sums(frame: pd.DataFrame) -> pd.DataFrame:
+    """A sum-like per-key function: decomposable, so a split key's partials merge exactly."""
+    return pd.DataFrame({"key": [frame["key"].iloc[0]], "n": [len(frame)], "total": [frame["value"].sum()]})
+
+
+def merge_sums(partials: pd.DataFrame) -> pd.DataFrame:
+    return partials.groupby("key", sort=False, dropna=False, as_index=False)[["n", "total"]].sum()
+
+
+def timed(func: Callable[[pd.DataFrame], pd.DataFrame], stats: Any) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """`func`, reporting rows, start, end and calls per task to `stats` (a TaskStatsParam accumulator)."""
+    from pyspark import TaskContext
+
+    def call(frame: pd.DataFrame) -> pd.DataFrame:
+        started = time.time()
+        out = func(frame)
+        ended = time.time()
+        context = TaskContext.get()
+        stats.add(
+            {context.partitionId() if context else -1: [len(frame), started, ended, ended - started, 1]}
+        )
+        return out
+
+    return call
+
+
+@dataclass
+class Run:
+    mode: str
+    partitions: int
+    wall: float
+    rows: list[int]
+    seconds: list[float]
+    calls: list[int]
+    split: list[Any] = field(default_factory=list)
+    planned: list[float] = field(default_factory=list)  # the plan's load per slot, in its cost unit
+
+    @property
+    def makespan_64(self) -> float:
+        return list_schedule(self.seconds, PROJECTED_CORES)
+
+    def show(self) -> None:
+        log(
+            f"  {self.mode:>7} p={self.partitions:<3} wall {self.wall:7.2f} s  rows max/median "
+            f"{max(self.rows):>9,}/{statistics.median(self.rows):>11,.1f}  sec max/median "
+            f"{max(self.seconds):6.2f}/{statistics.median(self.seconds):6.2f} = {ratio(self.seconds):5.2f}  "
+            f"calls {sum(self.calls):,}  makespan@64 {self.makespan_64:6.2f} s  split {len(self.split)}"
+            + (f"  planned max/median {ratio(self.planned):5.2f}" if self.planned else "")
+        )
+
+
+def run_plain(spark: Any, df: Any, partitions: int) -> Run:
+    stats = spark.sparkContext.accumulator({}, TaskStatsParam())
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    started = time.perf_counter()
+    df.groupBy("key").applyInPandas(timed(trend, stats), TREND_SCHEMA).write.format("noop").mode(
+        "overwrite"
+    ).save()
+    wall = time.perf_counter() - started
+    rows, seconds = task_stats(stats.value, partitions)
+    calls = [0] * partitions
+    for pid, values in stats.value.items():
+        calls[pid] = int(values[4])
+    return Run("plain", partitions, wall, rows, seconds, calls)
+
+
+def run_balanced(df: Any, partitions: int, cost: str, store: Any) -> Run:
+    started = time.perf_counter()
+    result = balanced_apply(
+        df, "key", trend, TREND_SCHEMA, partitions=partitions, split_by="entity", cost=cost, store=store
+    )
+    result.frame.write.format("noop").mode("overwrite").save()
+    wall = time.perf_counter() - started
+    stats = result.task_stats()
+    return Run(
+        cost,
+        partitions,
+        wall,
+        list(stats.rows),
+        list(stats.seconds),
+        list(stats.calls),
+        list(result.plan.split),
+        list(result.plan.load),
+    )
+
+
+def measure(spark: Any, df: Any, mode: str, partitions: int, work: Path, repeat: int) -> Run:
+    """The fastest of `repeat` runs after a first one, which warms up and, for cost="seconds",
+    records the seconds the next plan uses (every run records again)."""
+    store = PlanStore(work / f"store-{mode}-{partitions}")
+    best: Run | None = None
+    for attempt in range(1 + repeat):
+        run = (
+            run_plain(spark, df, partitions) if mode == "plain" else run_balanced(df, partitions, mode, store)
+        )
+        if attempt == 0:
+            log(f"  {mode:>7} p={partitions:<3} first run {run.wall:7.2f} s (not measured)")
+        elif best is None or run.wall < best.wall:
+            best = run
+    assert best is not None
+    return best
+
+
+def combine_check(spark: Any, df: Any, partitions: int) -> tuple[bool, int]:
+    """Hot keys split by entity, partial sums merged by `combine`: equal to the plain sums?"""
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    plain = df.groupBy("key").applyInPandas(partial_sums, SUM_SCHEMA).toPandas()
+    result = balanced_apply(
+        df, "key", partial_sums, SUM_SCHEMA, partitions=partitions, split_by="entity", combine=merge_sums
+    )
+    merged = result.frame.toPandas()
+    plain = plain.sort_values("key", ignore_index=True)
+    merged = merged.sort_values("key", ignore_index=True)
+    split = len(result.plan.split)
+    equal = split > 0 and plain.equals(merged)
+    log(f"combine: {split} keys split, {len(merged)} merged rows, equal to plain: {plain.equals(merged)}")
+    return equal, split
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--keys", type=int, default=2_000)
+    parser.add_argument("--skew", type=float, default=1.1)
+    parser.add_argument("--entities", type=int, default=50, help="entities per key")
+    parser.add_argument("--minutes", type=int, default=60, help="time span of the rows")
+    parser.add_argument("--partitions", type=int, default=16, help="the skew setting")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="measured runs per mode and setting (fastest counts)"
+    )
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 200,000 rows over 200 keys")
+    parser.add_argument("--data", type=Path, default=None, help="where to cache the generated input")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.keys = 200_000, 200
+
+    data = args.data or Path(tempfile.gettempdir()) / (
+        f"rebalancer-bench-apply-{args.rows}-{args.keys}-{args.skew}-{args.entities}-{args.minutes}"
+    )
+    if not (data.exists() and any(data.glob("*.parquet"))):
+        log(f"generating {args.rows:,} rows over {args.keys} keys (Zipf s={args.skew}) into {data}")
+        shutil.rmtree(data, ignore_errors=True)
+        generate_input(data, args.rows, args.keys, args.skew, args.entities, args.minutes)
+    spark = build_session(master=args.master, app_name="rebalancer-bench-apply")
+    # Equal task counts in every mode: AQE would coalesce the plain run's small shuffle partitions.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    cores = spark.sparkContext.defaultParallelism
+    work = Path(tempfile.mkdtemp(prefix="rebalancer-bench-apply-"))
+    df = spark.read.parquet(str(data))
+    results: dict[tuple[str, int], Run] = {}
+    try:
+        settings = (("skew", args.partitions), ("wall", cores), ("projection", PROJECTED_CORES))
+        for index, (label, partitions) in enumerate(settings):
+            log(f"{label}: partitions={partitions} (Spark cores={cores})")
+            # Rotate which mode runs first, so none always inherits the others' warm state.
+            order = MODES[index % 3 :] + MODES[: index % 3]
+            for mode in order:
+                run = measure(spark, df, mode, partitions, work, args.repeat)
+                results[(mode, partitions)] = run
+                run.show()
+        combine_ok, _split = combine_check(spark, df, args.partitions)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+
+    skew = {mode: ratio(results[(mode, args.partitions)].seconds) for mode in MODES}
+    makespan = {mode: results[(mode, PROJECTED_CORES)].makespan_64 for mode in MODES}
+    wall_ratio = results[("seconds", cores)].wall / results[("plain", cores)].wall
+    log(
+        f"projected makespan on {PROJECTED_CORES} cores: "
+        + ", ".join(f"{mode} {makespan[mode]:.2f} s" for mode in MODES)
+        + f"; wall at p={cores}: "
+        + ", ".join(f"{mode} {results[(mode, cores)].wall:.2f} s" for mode in MODES)
+    )
+    print(
+        f"RESULT seconds_skew_plain={skew['plain']:.3f} seconds_skew_rows={skew['rows']:.3f} "
+        f"seconds_skew_seconds={skew['seconds']:.3f} "
+        f"projected_makespan_ratio_64={makespan['seconds'] / makespan['plain']:.3f} "
+        f"wall_ratio_vs_plain={wall_ratio:.3f} combine_ok={int(combine_ok)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,716 @@
+"""`balanced_apply`: `df.groupBy(key).applyInPandas(func, schema)` with keys placed by measured cost.
+
+Spark places a grouped map's keys by hash, so one heavy key (or a task that drew many small ones)
+becomes a straggler, and AQE splits skewed joins, never groups. Here the keys are counted first,
+weighted by rows or by the seconds their calls took last time (`PlanStore`), and placed on slots
+by `rebalancer.balance`; each row gets an int slot key that Spark's hash partitioner sends exactly
+to its slot (`slots.partition_keys`), so one `repartition(n, slot key)` realises the plan and the
+grouping reuses that partitioning. With `split_by`, a key heavier than total/partitions is split
+into shards by a hash of that column; `combine` merges a split key's shard outputs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import inspect
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pyspark.accumulators import AccumulatorParam
+
+from rebalancer.pipeline.handler import TaskStatsParam, task_stats
+from rebalancer.pipeline.session import default_parallelism, is_connect
+from rebalancer.pipeline.slots import SHARD_BUCKETS, WHOLE, pack_shards, partition_keys, place
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+COSTS = ("rows", "seconds")
+# Columns added for the grouped map; a user's frame may not use these names.
+SLOT_COLUMN = "__rebalancer_slot"
+ITEM_COLUMN = "__rebalancer_item"
+COMBINE_COLUMN = "__rebalancer_combine"
+STORE_VERSION = 1
+
+Key = tuple[Any, ...]
+
+
+class ApplyItem(NamedTuple):
+    """What the planner places: a whole key (shard WHOLE) or one `split_by` shard of a heavy key."""
+
+    key: Key
+    shard: int = WHOLE
+
+
+@dataclass
+class ApplyPlan:
+    """Which slot each key (or shard) runs on, the load that gives each slot, and what changed.
+
+    `load` is in the plan's cost unit (rows, or estimated seconds); `rows` is rows per slot either
+    way. `moves` are items taken from the slot the stored plan gave them; `placements` are new items.
+    """
+
+    partitions: int
+    key_columns: list[str]
+    cost: str
+    owner: dict[ApplyItem, int]
+    weights: dict[ApplyItem, float]
+    item_rows: dict[ApplyItem, int]
+    load: list[float]
+    rows: list[int]
+    moves: list[tuple[ApplyItem, int, int]] = field(default_factory=list)
+    placements: list[tuple[ApplyItem, int]] = field(default_factory=list)
+    split: list[Key] = field(default_factory=list)
+    shard_of: dict[Key, dict[int, int]] = field(default_factory=dict)
+    skipped: str | None = None
+
+    def slot_of(self, *key: Any) -> list[int]:
+        """The slots that run `key` (one unless it was split)."""
+        return sorted({slot for item, slot in self.owner.items() if item.key == tuple(key)})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "key": self.key_columns,
+            "cost": self.cost,
+            "load": [round(value, 6) for value in self.load],
+            "rows": self.rows,
+            "split": [encode_key(key) for key in self.split],
+            "moves": [
+                {"key": encode_key(item.key), "shard": _shard_json(item.shard), "from": old, "to": new}
+                for item, old, new in self.moves
+            ],
+            "placements": len(self.placements),
+            "skipped": self.skipped,
+        }
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """Per task (= slot): rows, seconds from its first call's start to its last call's end, calls."""
+
+    rows: list[int]
+    seconds: list[float]
+    calls: list[int]
+
+
+# --- keys in JSON -------------------------------------------------------------------------------
+
+
+def _shard_json(shard: int) -> int | None:
+    return None if shard == WHOLE else shard
+
+
+def _encode_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"decimal": str(value)}
+    if isinstance(value, bytes | bytearray):
+        return {"bytes": bytes(value).hex()}
+    raise TypeError(f"a key of type {type(value).__name__} cannot be stored")
+
+
+def _decode_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    ((tag, text),) = value.items()
+    decoders: dict[str, Callable[[str], Any]] = {
+        "float": float,
+        "datetime": dt.datetime.fromisoformat,
+        "date": dt.date.fromisoformat,
+        "decimal": decimal.Decimal,
+        "bytes": bytes.fromhex,
+    }
+    return decoders[tag](text)
+
+
+def encode_key(key: Key) -> list[Any]:
+    return [_encode_value(value) for value in key]
+
+
+def decode_key(values: Sequence[Any]) -> Key:
+    return tuple(_decode_value(value) for value in values)
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+
+@dataclass
+class KeyCost:
+    rows: int
+    seconds: float
+    calls: int
+
+
+class PlanStore:
+    """A directory holding the last plan (for stickiness) and the seconds each key took (for cost).
+
+    `balanced_apply(store=…)` reads it to plan and writes the new plan into it at once; the
+    measurements of a run are added after its action, when `task_stats()` is called or when the
+    next `balanced_apply` with a store at the same path starts, whichever comes first.
+    """
+
+    FILE = "plan.json"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"PlanStore({str(self.path)!r})"
+
+    def load(self) -> dict[str, Any] | None:
+        """The stored state, or None when there is none (or it was written by another version)."""
+        try:
+            data = json.loads((self.path / self.FILE).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring an unreadable plan store %s: %s", self.path, exc)
+            return None
+        if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
+            return None
+        return data
+
+    def previous_owner(self, key_columns: list[str], partitions: int) -> dict[ApplyItem, int]:
+        data = self.load()
+        if not data or data.get("key") != key_columns or data.get("partitions") != partitions:
+            return {}
+        return {
+            ApplyItem(decode_key(row["key"]), WHOLE if row["shard"] is None else int(row["shard"])): int(
+                row["slot"]
+            )
+            for row in data.get("items", [])
+        }
+
+    def key_costs(self, key_columns: list[str]) -> dict[Key, KeyCost]:
+        """Rows, seconds and calls per key measured by the last run that recorded any."""
+        data = self.load()
+        if not data or data.get("key") != key_columns:
+            return {}
+        return {
+            decode_key(row["key"]): KeyCost(int(row["rows"]), float(row["seconds"]), int(row["calls"]))
+            for row in data.get("measured", [])
+        }
+
+    def save_plan(self, plan: ApplyPlan) -> None:
+        data = self.load() or {}
+        if data.get("key") != plan.key_columns:
+            data = {}
+        storable = [item for item in plan.owner if _storable(item.key)]
+        data.update(
+            {
+                "version": STORE_VERSION,
+                "key": plan.key_columns,
+                "partitions": plan.partitions,
+                "cost": plan.cost,
+                "items": [
+                    {"key": encode_key(item.key), "shard": _shard_json(item.shard), "slot": plan.owner[item]}
+                    for item in storable
+                ],
+            }
+        )
+        data.setdefault("measured", [])
+        self._write(data)
+
+    def save_measurements(self, key_columns: list[str], costs: Mapping[Key, KeyCost]) -> None:
+        data = self.load() or {"version": STORE_VERSION, "key": key_columns, "items": []}
+        data["measured"] = [
+            {
+                "key": encode_key(key),
+                "rows": cost.rows,
+                "seconds": round(cost.seconds, 6),
+                "calls": cost.calls,
+            }
+            for key, cost in costs.items()
+            if _storable(key)
+        ]
+        self._write(data)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        target = self.path / self.FILE
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(target)
+
+
+def _storable(key: Key) -> bool:
+    try:
+        encode_key(key)
+    except TypeError:
+        return False
+    return True
+
+
+# Results whose measurements are not in their store yet, by store path; see PlanStore.
+_pending: dict[Path, BalancedApply] = {}
+_pending_lock = threading.Lock()
+
+
+def _flush_pending(store: PlanStore) -> None:
+    with _pending_lock:
+        result = _pending.pop(store.path.resolve(), None)
+    if result is not None:
+        result.record()
+
+
+# --- accumulators -------------------------------------------------------------------------------
+
+
+class SumParam(AccumulatorParam):
+    """Merges {item index: [rows, seconds, calls]} by adding."""
+
+    def zero(self, value: dict[int, list[float]]) -> dict[int, list[float]]:
+        return {}
+
+    def addInPlace(
+        self, value1: dict[int, list[float]], value2: dict[int, list[float]]
+    ) -> dict[int, list[float]]:
+        for index, numbers in value2.items():
+            old = value1.get(index)
+            value1[index] = list(numbers) if old is None else [a + b for a, b in zip(old, numbers)]
+        return value1
+
+
+# --- the result ---------------------------------------------------------------------------------
+
+
+@dataclass
+class BalancedApply:
+    """What `balanced_apply` returns: the lazy frame, the plan it follows, and its task stats."""
+
+    frame: DataFrame
+    plan: ApplyPlan
+    _tasks: Any = field(repr=False, default=None)
+    _items: Any = field(repr=False, default=None)
+    _index: list[ApplyItem] = field(repr=False, default_factory=list)
+    _store: PlanStore | None = field(repr=False, default=None)
+
+    @property
+    def stats_available(self) -> bool:
+        """False on Spark Connect, which has no accumulators."""
+        return self._tasks is not None
+
+    def task_stats(self) -> TaskStats:
+        """Rows, seconds and calls per task, after an action ran `frame` (zeros before).
+
+        Also records the measurements into the store, so the next `cost="seconds"` plan uses them.
+        """
+        if self._tasks is None:
+            raise RuntimeError("task stats are unavailable on Spark Connect (no accumulators)")
+        rows, seconds = task_stats(self._tasks.value, self.plan.partitions)
+        calls = [0] * self.plan.partitions
+        for pid, numbers in self._tasks.value.items():
+            if 0 <= pid < self.plan.partitions:
+                calls[pid] = int(numbers[4])
+        self.record()
+        return TaskStats(rows=rows, seconds=seconds, calls=calls)
+
+    def key_costs(self) -> dict[Key, KeyCost]:
+        """Rows, seconds and calls per key measured by the action (empty before it ran)."""
+        costs: dict[Key, KeyCost] = {}
+        if self._items is None:
+            return costs
+        for index, (rows, seconds, calls) in self._items.value.items():
+            key = self._index[index].key
+            old = costs.get(key)
+            if old is None:
+                costs[key] = KeyCost(int(rows), float(seconds), int(calls))
+            else:
+                costs[key] = KeyCost(
+                    old.rows + int(rows), old.seconds + float(seconds), old.calls + int(calls)
+                )
+        return costs
+
+    def record(self) -> None:
+        """Write this run's per-key seconds into the store (nothing if the action has not run)."""
+        if self._store is None:
+            return
+        with _pending_lock:
+            if _pending.get(self._store.path.resolve()) is self:
+                del _pending[self._store.path.resolve()]
+        costs = self.key_costs()
+        if costs:
+            self._store.save_measurements(self.plan.key_columns, costs)
+
+
+# --- planning -----------------------------------------------------------------------------------
+
+
+def _key_weights(counts: Mapping[Key, int], cost: str, measured: Mapping[Key, KeyCost]) -> dict[Key, float]:
+    """rows: the key's rows. seconds: the seconds the key's calls took last run; a key never
+    measured gets its rows times the last run's per-row rate (its seconds over its rows)."""
+    if cost == "rows" or not measured:
+        return {key: float(rows) for key, rows in counts.items()}
+    total_rows = sum(c.rows for c in measured.values())
+    rate = sum(c.seconds for c in measured.values()) / total_rows if total_rows else 0.0
+    weights = {}
+    for key, rows in counts.items():
+        seen = measured.get(key)
+        weights[key] = seen.seconds if seen is not None else rows * rate
+    return weights
+
+
+def plan_keys(
+    counts: Mapping[Key, int],
+    bucket_counts: Mapping[Key, Mapping[int, int]],
+    partitions: int,
+    key_columns: list[str],
+    cost: str = "rows",
+    measured: Mapping[Key, KeyCost] | None = None,
+    previous: Mapping[ApplyItem, int] | None = None,
+    max_moves: int | None = None,
+) -> ApplyPlan:
+    """The plan for keys with `counts` rows; a key in `bucket_counts` may be split by those buckets.
+
+    A key whose weight exceeds total/partitions is split (if it has bucket counts) into
+    ceil(weight / bound) shards, its buckets packed into them by rows.
+    """
+    weights = _key_weights(counts, cost, measured or {})
+    total = sum(weights.values())
+    bound = total / partitions if partitions else total
+    items: dict[ApplyItem, float] = {}
+    item_rows: dict[ApplyItem, int] = {}
+    split: list[Key] = []
+    shard_of: dict[Key, dict[int, int]] = {}
+    for key, rows in counts.items():
+        weight = weights[key]
+        buckets = bucket_counts.get(key)
+        if partitions > 1 and buckets and weight > bound and len(buckets) > 1:
+            mapping, shard_rows = pack_shards(buckets, math.ceil(weight / bound))
+            split.append(key)
+            shard_of[key] = mapping
+            for shard, part in enumerate(shard_rows):
+                if part > 0:
+                    item = ApplyItem(key, shard)
+                    items[item] = weight * part / rows
+                    item_rows[item] = part
+        else:
+            items[ApplyItem(key)] = weight
+            item_rows[ApplyItem(key)] = int(rows)
+    placed = place(items, partitions, previous, max_moves)
+    load = [0.0] * partitions
+    slot_rows = [0] * partitions
+    for item, slot in placed.owner.items():
+        load[slot] += items[item]
+        slot_rows[slot] += item_rows[item]
+    return ApplyPlan(
+        partitions=partitions,
+        key_columns=key_columns,
+        cost=cost,
+        owner=placed.owner,
+        weights=items,
+        item_rows=item_rows,
+        load=load,
+        rows=slot_rows,
+        moves=[(item, old, new) for item, old, new in placed.moves if old >= 0],
+        placements=[(item, new) for item, old, new in placed.moves if old < 0],
+        split=split,
+        shard_of=shard_of,
+        skipped=placed.skipped,
+    )
+
+
+# --- the call -----------------------------------------------------------------------------------
+
+
+def _check_arguments(
+    df: DataFrame,
+    key_columns: list[str],
+    func: Any,
+    partitions: int | None,
+    split_by: str | None,
+    combine: Any,
+    cost: str,
+    max_moves: int | None,
+) -> None:
+    columns = set(df.columns)
+    for name in key_columns:
+        if name not in columns:
+            raise ValueError(f"key: no column {name!r} in the frame (columns: {', '.join(df.columns)})")
+    if not key_columns:
+        raise ValueError("key: at least one column is needed, got none")
+    if split_by is not None and split_by not in columns:
+        raise ValueError(f"split_by: no column {split_by!r} in the frame (columns: {', '.join(df.columns)})")
+    if split_by is not None and split_by in key_columns:
+        raise ValueError(f"split_by: {split_by!r} is a key column; splitting by it changes nothing")
+    if partitions is not None and (
+        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+    ):
+        raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
+    if cost not in COSTS:
+        raise ValueError(f"cost must be one of {', '.join(COSTS)}, got {cost!r}")
+    if not callable(func):
+        raise ValueError(f"func must be callable, got {func!r}")
+    if combine is not None and not callable(combine):
+        raise ValueError(f"combine must be callable, got {combine!r}")
+    if max_moves is not None and (
+        isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
+    ):
+        raise ValueError(f"max_moves must be an int >= 0, got {max_moves!r}")
+    reserved = columns & {SLOT_COLUMN, ITEM_COLUMN, COMBINE_COLUMN}
+    if reserved:
+        raise ValueError(f"df: column {sorted(reserved)[0]!r} is reserved by balanced_apply")
+
+
+def parse_schema(spark: SparkSession, schema: Any) -> StructType:
+    """A DDL string or StructType as a StructType; ValueError naming the schema when it doesn't parse."""
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    if not isinstance(schema, str) or not schema.strip():
+        raise ValueError(f"schema must be a DDL string or a StructType, got {schema!r}")
+    try:
+        parsed = spark.createDataFrame([], schema).schema
+    except Exception as exc:  # ParseException, PySparkException: a one-line reason is enough
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"schema: cannot parse {schema!r}: {first[:200]}") from None
+    return parsed
+
+
+def _takes_key(func: Callable[..., Any]) -> bool:
+    """applyInPandas' convention: a two-argument func gets the group's key first."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 2
+
+
+def _count_keys(
+    df: DataFrame, key_columns: list[str], split_by: str | None, partitions: int
+) -> tuple[dict[Key, int], dict[Key, dict[int, int]]]:
+    """Rows per key, and with `split_by` per (key, split bucket): one pass over `df`.
+
+    The bucket counts collected are at most keys x SHARD_BUCKETS rows.
+    """
+    from pyspark.sql import functions as F
+
+    if split_by is None or partitions < 2:
+        return {tuple(row[:-1]): int(row[-1]) for row in df.groupBy(*key_columns).count().collect()}, {}
+    bucket = F.pmod(F.hash(F.col(split_by)), F.lit(SHARD_BUCKETS)).alias(ITEM_COLUMN)
+    counts: dict[Key, int] = {}
+    buckets: dict[Key, dict[int, int]] = {}
+    width = len(key_columns)
+    for row in df.groupBy(*key_columns, bucket).count().collect():
+        key = tuple(row[:width])
+        counts[key] = counts.get(key, 0) + int(row[-1])
+        buckets.setdefault(key, {})[int(row[-2])] = int(row[-1])
+    return counts, buckets
+
+
+def _null_safe_on(left: DataFrame, right: DataFrame, key_columns: list[str]) -> Any:
+    """Null-safe equality on every key column: null keys form one group, as in Spark's groupBy."""
+    from functools import reduce
+
+    conditions = [left[name].eqNullSafe(right[name]) for name in key_columns]
+    return reduce(lambda a, b: a & b, conditions)
+
+
+def _with_slot_columns(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None
+) -> DataFrame:
+    """`df` plus the slot key (an int Spark hashes to the planned slot) and the item index.
+
+    The item table is broadcast and joined null-safely on the key: a hashed lookup that moves no
+    rows between tasks. A whole key has one row (bucket -1); a split key one per `split_by` bucket,
+    of which the row's own bucket is kept.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    keys = partition_keys(plan.partitions)
+    key_fields = df.select(*plan.key_columns).schema.fields
+    table_names = [f"__rebalancer_k{i}" for i in range(len(key_fields))]
+    table_schema = StructType(
+        [StructField(name, f.dataType, True) for name, f in zip(table_names, key_fields)]
+        + [
+            StructField("__rebalancer_b", IntegerType(), False),
+            StructField("__rebalancer_s", IntegerType(), False),
+            StructField("__rebalancer_i", IntegerType(), False),
+        ]
+    )
+    rows: list[tuple[Any, ...]] = []
+    for position, item in enumerate(index):
+        slot_key = keys[plan.owner[item]]
+        if item.shard == WHOLE:
+            rows.append((*item.key, -1, slot_key, position))
+        else:
+            buckets = plan.shard_of[item.key]
+            rows.extend(
+                (*item.key, b, slot_key, position) for b, shard in buckets.items() if shard == item.shard
+            )
+    table = F.broadcast(df.sparkSession.createDataFrame(rows, table_schema))
+    own_bucket = F.pmod(F.hash(df[split_by]), F.lit(SHARD_BUCKETS)) if split_by and plan.split else F.lit(-1)
+    condition = (table["__rebalancer_b"] == -1) | (table["__rebalancer_b"] == own_bucket)
+    for name, table_name in zip(plan.key_columns, table_names):
+        condition = df[name].eqNullSafe(table[table_name]) & condition
+    # A key the plan has not seen (a non-deterministic frame) runs where Spark's hash puts it.
+    hashed = F.pmod(F.hash(*[df[name] for name in plan.key_columns]), F.lit(plan.partitions)) + 1
+    fallback = F.element_at(F.array(*[F.lit(k) for k in keys]), hashed.cast("int"))
+    return df.join(table, condition, "left").select(
+        *[df[name] for name in df.columns],
+        F.coalesce(table["__rebalancer_s"], fallback).cast("int").alias(SLOT_COLUMN),
+        F.coalesce(table["__rebalancer_i"], F.lit(-1)).cast("int").alias(ITEM_COLUMN),
+    )
+
+
+def _make_call(
+    func: Callable[..., Any],
+    user_columns: list[str],
+    key_columns: list[str],
+    tasks: Any,
+    items: Any,
+    combine_group: Mapping[int, int] | None,
+) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """The grouped-map function: times `func` on one key's (or shard's) rows and reports it.
+
+    A call's seconds run from the end of the task's previous call, so the per-group cost Spark pays
+    outside `func` (Arrow to pandas and back) is charged to the key that caused it.
+    """
+    from pyspark import TaskContext
+
+    takes_key = _takes_key(func)
+    last_end: dict[int, float] = {}
+
+    def call(frame: pd.DataFrame) -> pd.DataFrame:
+        started = time.time()
+        context = TaskContext.get()
+        pid = context.partitionId() if context is not None else -1
+        item = int(frame[ITEM_COLUMN].iloc[0]) if len(frame) else -1
+        data = frame[user_columns]
+        key = tuple(data[name].iloc[0] for name in key_columns) if len(data) else ()
+        try:
+            out = func(key, data) if takes_key else func(data)
+        except Exception as exc:
+            raise RuntimeError(
+                f"balanced_apply: func failed on key {key!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        ended = time.time()
+        since = last_end.get(pid, started)
+        last_end[pid] = ended
+        if tasks is not None:
+            tasks.add({pid: [len(frame), started, ended, ended - started, 1]})
+        if items is not None and item >= 0:
+            items.add({item: [len(frame), ended - since, 1]})
+        if combine_group is not None:
+            out = out.copy() if hasattr(out, "copy") else out
+            group = combine_group.get(item)
+            out[COMBINE_COLUMN] = group if group is not None else -1 - max(pid, 0)
+        return out
+
+    return call
+
+
+def _make_merge(combine: Callable[..., Any], columns: list[str]) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """Second stage: a split key's partial outputs go through `combine`, everything else passes."""
+
+    def merge(frame: pd.DataFrame) -> pd.DataFrame:
+        partials = frame[columns]
+        if len(frame) and int(frame[COMBINE_COLUMN].iloc[0]) >= 0:
+            try:
+                return combine(partials.reset_index(drop=True))
+            except Exception as exc:
+                raise RuntimeError(f"balanced_apply: combine failed: {type(exc).__name__}: {exc}") from exc
+        return partials
+
+    return merge
+
+
+def balanced_apply(
+    df: DataFrame,
+    key: str | Sequence[str],
+    func: Callable[..., pd.DataFrame],
+    schema: Any,
+    partitions: int | None = None,
+    split_by: str | None = None,
+    combine: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+    cost: str = "rows",
+    store: PlanStore | str | Path | None = None,
+    max_moves: int | None = None,
+) -> BalancedApply:
+    """`df.groupBy(key).applyInPandas(func, schema)`, with keys placed on tasks by measured cost.
+
+    Runs a counting job on `df` now (cache `df` if it is costly to compute); `result.frame` stays
+    lazy. `func` gets a key's rows with `df`'s columns, or (key tuple, rows) if it takes two
+    arguments, as with applyInPandas. See docs/pipeline.md for the contract of `split_by`/`combine`.
+    """
+    key_columns = [key] if isinstance(key, str) else list(key)
+    _check_arguments(df, key_columns, func, partitions, split_by, combine, cost, max_moves)
+    spark = df.sparkSession
+    out_schema = parse_schema(spark, schema)
+    slots = partitions if partitions is not None else default_parallelism(spark)
+    plan_store = store if isinstance(store, PlanStore) or store is None else PlanStore(store)
+    if plan_store is not None:
+        _flush_pending(plan_store)
+    measured = plan_store.key_costs(key_columns) if plan_store is not None and cost == "seconds" else {}
+    previous = plan_store.previous_owner(key_columns, slots) if plan_store is not None else {}
+    counts, buckets = _count_keys(df, key_columns, split_by, slots)
+    plan = plan_keys(counts, buckets, slots, key_columns, cost, measured, previous, max_moves)
+    log.info(
+        "balanced_apply: %d keys on %d slots by %s, %d split, %d moved, %d placed%s",
+        len(counts),
+        slots,
+        cost,
+        len(plan.split),
+        len(plan.moves),
+        len(plan.placements),
+        f" (kept: {plan.skipped})" if plan.skipped else "",
+    )
+    # Lightest first within a task: a call is charged from the previous call's end, so the heavy
+    # keys carry their own Arrow conversion, and only the lightest call of a task goes uncharged.
+    index = sorted(plan.owner, key=lambda item: (plan.owner[item], plan.weights[item]))
+    connect = is_connect(spark)
+    tasks = None if connect else spark.sparkContext.accumulator({}, TaskStatsParam())
+    items = None if connect else spark.sparkContext.accumulator({}, SumParam())
+    combining = combine is not None and bool(plan.split)
+    combine_group: dict[int, int] | None = None
+    stage_schema = out_schema
+    if combining:
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        split_index = {split_key: n for n, split_key in enumerate(plan.split)}
+        combine_group = {
+            position: split_index[item.key] for position, item in enumerate(index) if item.shard != WHOLE
+        }
+        stage_schema = StructType([*out_schema.fields, StructField(COMBINE_COLUMN, LongType(), False)])
+    keyed = _with_slot_columns(df, plan, index, split_by)
+    call = _make_call(func, list(df.columns), key_columns, tasks, items, combine_group)
+    frame = (
+        keyed.repartition(slots, SLOT_COLUMN)
+        .groupBy(SLOT_COLUMN, ITEM_COLUMN, *key_columns)
+        .applyInPandas(call, stage_schema)
+    )
+    if combining and combine is not None:
+        frame = frame.groupBy(COMBINE_COLUMN).applyInPandas(
+            _make_merge(combine, out_schema.fieldNames()), out_schema
+        )
+    result = BalancedApply(
+        frame=frame, plan=plan, _tasks=tasks, _items=items, _index=index, _store=plan_store
+    )
+    if plan_store is not None:
+        plan_store.save_plan(plan)
+        with _pending_lock:
+            _pending[plan_store.path.resolve()] = result
+    return result

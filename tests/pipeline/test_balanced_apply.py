@@ -1,0 +1,180 @@
+"""balanced_apply: cost by measured seconds, a sticky store, max_moves, split and combine, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pandas as pd
+import pytest
+from pyspark import cloudpickle
+
+from rebalancer.pipeline import PlanStore, balanced_apply
+from rebalancer.pipeline.apply import ApplyItem, ApplyPlan, KeyCost, plan_keys
+
+pytestmark = pytest.mark.spark
+# Spark's Python workers cannot import this test module: its functions travel by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SCHEMA = "key string, n long, total double"
+
+
+def count_and_sum(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"key": [frame["key"].iloc[0]], "n": [len(frame)], "total": [float(frame["v"].sum())]})
+
+
+def _frame(spark, rows_per_key: dict[str, int]):
+    data = [(key, f"e{i % 7}", float(i)) for key, rows in rows_per_key.items() for i in range(rows)]
+    return spark.createDataFrame(data, "key string, entity string, v double")
+
+
+def _plain(df) -> pd.DataFrame:
+    out = df.groupBy("key").applyInPandas(count_and_sum, SCHEMA).toPandas()
+    return out.sort_values("key", na_position="first").reset_index(drop=True)
+
+
+def _sorted(frame) -> pd.DataFrame:
+    return frame.toPandas().sort_values("key", na_position="first").reset_index(drop=True)
+
+
+def slow_or_fast(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame["key"].iloc[0] == "slow":
+        time.sleep(1.0)  # the deliberately slow key: about 1 s, against milliseconds for the others
+    return count_and_sum(frame)
+
+
+def test_cost_seconds_moves_a_slow_key_away_from_a_slot_of_fast_keys(spark, tmp_path):
+    # Nine keys of equal rows: by rows, some slot must hold the slow key with others.
+    df = _frame(spark, {name: 40 for name in ["slow", *[f"fast{i}" for i in range(8)]]}).cache()
+    store = PlanStore(tmp_path / "store")
+    by_rows = balanced_apply(df, "key", slow_or_fast, SCHEMA, partitions=4, cost="seconds", store=store)
+    by_rows.frame.collect()
+    first = by_rows.task_stats()  # records the measured seconds into the store
+    slow_slot = by_rows.plan.owner[ApplyItem(("slow",))]
+    assert sum(1 for slot in by_rows.plan.owner.values() if slot == slow_slot) >= 2
+    assert first.rows == by_rows.plan.rows and sum(first.calls) == 9
+    measured = store.key_costs(["key"])
+    assert measured[("slow",)].seconds >= 0.9 and measured[("slow",)].calls == 1
+
+    by_seconds = balanced_apply(df, "key", slow_or_fast, SCHEMA, partitions=4, cost="seconds", store=store)
+    slot = by_seconds.plan.owner[ApplyItem(("slow",))]
+    assert [item for item, s in by_seconds.plan.owner.items() if s == slot] == [ApplyItem(("slow",))]
+    pd.testing.assert_frame_equal(_sorted(by_seconds.frame), _plain(df))
+    stats = by_seconds.task_stats()
+    assert stats.rows == by_seconds.plan.rows  # Spark ran exactly the planned placement
+    assert stats.calls[slot] == 1 and sum(stats.calls) == 9
+
+
+def test_a_stored_plan_is_sticky_and_max_moves_bounds_the_changes(spark, tmp_path):
+    keys = {f"k{i}": 10 + i for i in range(12)}
+    df = _frame(spark, keys).cache()
+    store = PlanStore(tmp_path / "store")
+    first = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=3, store=store)
+    again = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=3, store=store)
+    assert again.plan.owner == first.plan.owner and again.plan.moves == [] and again.plan.placements == []
+
+    # A stored plan that put everything on slot 0: re-planning may move at most max_moves keys.
+    crowded = ApplyPlan(
+        partitions=3,
+        key_columns=["key"],
+        cost="rows",
+        owner={ApplyItem((key,)): 0 for key in keys},
+        weights={},
+        item_rows={},
+        load=[0.0] * 3,
+        rows=[0] * 3,
+    )
+    store.save_plan(crowded)
+    bounded = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=3, store=store, max_moves=2)
+    assert len(bounded.plan.moves) == 2
+    assert all(old == 0 for _, old, _ in bounded.plan.moves)
+    store.save_plan(crowded)
+    free = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=3, store=store)
+    assert len(free.plan.moves) > 2
+    assert max(free.plan.rows) < max(bounded.plan.rows)
+    pd.testing.assert_frame_equal(_sorted(bounded.frame), _plain(df))
+
+
+def test_a_hot_key_is_split_by_split_by_and_merged_by_combine(spark):
+    df = _frame(spark, {"hot": 900, **{f"k{i}": 10 for i in range(10)}})
+
+    def merge(partials: pd.DataFrame) -> pd.DataFrame:
+        return partials.groupby("key", as_index=False)[["n", "total"]].sum()
+
+    result = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=4, split_by="entity", combine=merge)
+    assert result.plan.split == [("hot",)]
+    assert len(result.plan.slot_of("hot")) > 1  # its shards run on several tasks
+    pd.testing.assert_frame_equal(_sorted(result.frame), _plain(df))
+    stats = result.task_stats()
+    assert sum(stats.rows) == 1000 and sum(stats.calls) == 10 + len(result.plan.slot_of("hot"))
+
+    unsplit = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=4)  # never split without split_by
+    assert unsplit.plan.split == [] and len(unsplit.plan.slot_of("hot")) == 1
+
+
+def test_a_two_argument_func_gets_the_key_and_null_keys_form_one_group(spark):
+    df = spark.createDataFrame(
+        [("a", 1.0), (None, 2.0), ("a", 3.0), (None, 4.0), ("b", 5.0)], "key string, v double"
+    )
+
+    def with_key(key: tuple, frame: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"key": [key[0]], "n": [len(frame)], "total": [float(frame["v"].sum())]})
+
+    got = _sorted(balanced_apply(df, "key", with_key, SCHEMA, partitions=2).frame)
+    assert got.to_dict("list") == {"key": [None, "a", "b"], "n": [2, 2, 1], "total": [6.0, 4.0, 5.0]}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"key": "nope"}, "key: no column 'nope'"),
+        ({"split_by": "nope"}, "split_by: no column 'nope'"),
+        ({"partitions": 0}, "partitions must be an int >= 1, got 0"),
+        ({"cost": "dollars"}, "cost must be one of rows, seconds, got 'dollars'"),
+        ({"schema": "key string, n"}, "schema: cannot parse 'key string, n'"),
+        ({"max_moves": -1}, "max_moves must be an int >= 0, got -1"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(spark, kwargs, message):
+    df = spark.createDataFrame([("a", "e", 1.0)], "key string, entity string, v double")
+    arguments = {"key": "key", "func": count_and_sum, "schema": SCHEMA, **kwargs}
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        balanced_apply(df, **arguments)
+
+
+def test_an_exception_in_func_names_the_key_it_failed_on(spark):
+    df = spark.createDataFrame([("good", 1.0), ("bad-key", 2.0)], "key string, v double")
+
+    def fails(frame: pd.DataFrame) -> pd.DataFrame:
+        if frame["key"].iloc[0] == "bad-key":
+            raise ZeroDivisionError("no rate for this key")
+        return count_and_sum(frame)
+
+    result = balanced_apply(df, "key", fails, SCHEMA, partitions=2)
+    with pytest.raises(Exception, match=r"func failed on key \('bad-key',\): ZeroDivisionError: no rate"):
+        result.frame.collect()
+
+
+def test_seconds_plan_uses_the_last_runs_rate_for_a_key_never_seen():
+    counts = {("a",): 100, ("b",): 100, ("new",): 300}
+    measured = {("a",): KeyCost(100, 2.0, 1), ("b",): KeyCost(100, 0.5, 1)}
+    plan = plan_keys(counts, {}, 2, ["key"], cost="seconds", measured=measured)
+    # a: 2.0 s as measured; b: 0.5 s; new: 300 rows x (2.5 s / 200 rows) = 3.75 s.
+    assert plan.weights == {ApplyItem(("a",)): 2.0, ApplyItem(("b",)): 0.5, ApplyItem(("new",)): 3.75}
+    assert plan.owner[ApplyItem(("new",))] != plan.owner[ApplyItem(("a",))]
+    assert sorted(plan.load) == [2.5, 3.75]
+
+
+def test_the_store_survives_keys_of_every_json_unfriendly_type(tmp_path):
+    import datetime as dt
+    import decimal
+
+    store = PlanStore(tmp_path / "s")
+    keys = [(None,), (1.5,), (float("nan"),), (dt.date(2026, 1, 2),), (decimal.Decimal("1.10"),), (b"\x00",)]
+    store.save_measurements(["k"], {key: KeyCost(1, 0.1, 1) for key in keys})
+    loaded = store.key_costs(["k"])
+    assert len(loaded) == len(keys)
+    assert (dt.date(2026, 1, 2),) in loaded and (decimal.Decimal("1.10"),) in loaded and (None,) in loaded
+    assert json.loads((tmp_path / "s" / "plan.json").read_text())["version"] == 1
+    assert store.key_costs(["other"]) == {}  # measurements of another key column are not used

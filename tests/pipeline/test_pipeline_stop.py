@@ -1,0 +1,107 @@
+"""Stream mode for a person at a terminal: one progress line per micro-batch, and Ctrl-C stops the query
+cleanly (no Py4J traceback), prints the summary and exits 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from pipeline_data import good_frame
+
+from rebalancer.cli import main
+from rebalancer.pipeline.generate import write_frame
+
+pytestmark = pytest.mark.spark
+CLI = [sys.executable, "-m", "rebalancer.cli"]
+FILES = 3
+LINE = re.compile(r"^batch (\d+): ([\d,]+) rows \(([\d,]+) quarantined\) in [\d.]+ s, skew (\d+\.\d\d|n/a)")
+# A JVM start and a first micro-batch on a loaded 2-core machine; the test waits for events, not time.
+FIRST_LINE_DEADLINE_S = 600
+EXIT_DEADLINE_S = 300
+
+
+@pytest.fixture(scope="module")
+def stream_input(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    input_dir = tmp_path_factory.mktemp("stream") / "input"
+    write_frame(good_frame(events=1500, seed=5), input_dir, "parquet", FILES)
+    return input_dir
+
+
+def test_cli_prints_one_line_per_micro_batch(spark, stream_input, tmp_path, capsys):
+    """Each batch once, in order, as it is applied: its rows add up to the summary's, and the batches
+    that re-plan (every 2nd here) say so."""
+    out = tmp_path / "out"
+    argv = ["pipeline", "run", "--stream", "--available-now", "--input", str(stream_input), "--out", str(out),
+            "--partitions", "2", "--rebalance-every", "2"]
+    assert main(argv) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("batch ")]
+    matches = [LINE.match(line) for line in lines]
+    assert all(matches), lines
+    assert [int(m.group(1)) for m in matches if m] == list(range(FILES))
+    assert ["re-planned" in line for line in lines] == [True, False, True]
+    assert all(m.group(4) != "n/a" for m in matches if m)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sum(int(m.group(2).replace(",", "")) for m in matches if m) == summary["ingested"] == 1500
+    assert summary["batches"] == FILES and "interrupted" not in summary
+
+
+def _read_lines(stream, lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+@pytest.mark.timeout(1200)  # a JVM's start and a first micro-batch, then the stop, on a loaded 2-core box
+def test_ctrl_c_stops_the_stream_prints_the_summary_and_exits_130(stream_input, tmp_path):
+    """SIGINT goes to the whole process group, as a terminal's Ctrl-C does (the JVM and Python workers too)."""
+    out = tmp_path / "out"
+    # A trigger every 2 s over one file per batch: the query is still running when the signal comes.
+    command = [*CLI, "pipeline", "run", "--stream", "--input", str(stream_input), "--out", str(out),
+               "--partitions", "2"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           env=env, start_new_session=True)
+    stdout: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(run.stdout, stdout), daemon=True)
+    reader.start()
+    try:
+        seen: list[str] = []
+        while True:
+            line = stdout.get(timeout=FIRST_LINE_DEADLINE_S)
+            assert line is not None, "the run ended before its first progress line:\n" + "".join(seen)
+            seen.append(line)
+            if LINE.match(line):
+                break
+        os.killpg(run.pid, signal.SIGINT)
+        returncode = run.wait(timeout=EXIT_DEADLINE_S)
+        stderr = run.stderr.read() if run.stderr else ""
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    reader.join(timeout=60)
+    rest = []
+    while not stdout.empty():
+        item = stdout.get()
+        if item is not None:
+            rest.append(item)
+    printed = "".join(seen + rest)
+    assert returncode == 130, stderr + printed
+    assert "Traceback" not in stderr and "Py4J" not in stderr, stderr
+    assert "rebalancer pipeline" in printed and "micro-batches" in printed  # the summary table
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert 1 <= summary["batches"] <= FILES
+    assert f"stopped by Ctrl-C after {summary['batches']} micro-batches" in printed
+    # Only whole batches are counted: the state agrees with the progress lines printed.
+    batch_lines = [LINE.match(line) for line in printed.splitlines() if LINE.match(line)]
+    assert len(batch_lines) == summary["batches"]
+    assert sum(int(m.group(2).replace(",", "")) for m in batch_lines if m) == summary["ingested"]
