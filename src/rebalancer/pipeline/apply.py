@@ -327,18 +327,15 @@ class BalancedApply:
 
     def key_costs(self) -> dict[Key, KeyCost]:
         """Rows, seconds and calls per key measured by the action (empty before it ran)."""
-        costs: dict[Key, KeyCost] = {}
-        if self._items is None:
-            return costs
-        for index, (rows, seconds, calls) in self._items.value.items():
-            key = self._index[index].key
-            old = costs.get(key)
-            if old is None:
-                costs[key] = KeyCost(int(rows), float(seconds), int(calls))
-            else:
-                costs[key] = KeyCost(
-                    old.rows + int(rows), old.seconds + float(seconds), old.calls + int(calls)
-                )
+        totals: dict[Key, list[float]] = {}
+        for index, numbers in self._items.value.items() if self._items is not None else []:
+            total = totals.setdefault(self._index[index].key, [0, 0.0, 0])
+            for position, value in enumerate(numbers):
+                total[position] += value
+        costs = {
+            key: KeyCost(int(rows), float(seconds), int(calls))
+            for key, (rows, seconds, calls) in totals.items()
+        }
         return costs
 
     def record(self) -> None:
@@ -518,14 +515,6 @@ def _count_keys(
         counts[key] = counts.get(key, 0) + int(row[-1])
         buckets.setdefault(key, {})[int(row[-2])] = int(row[-1])
     return counts, buckets
-
-
-def _null_safe_on(left: DataFrame, right: DataFrame, key_columns: list[str]) -> Any:
-    """Null-safe equality on every key column: null keys form one group, as in Spark's groupBy."""
-    from functools import reduce
-
-    conditions = [left[name].eqNullSafe(right[name]) for name in key_columns]
-    return reduce(lambda a, b: a & b, conditions)
 
 
 def _with_slot_columns(
