@@ -7,13 +7,16 @@ settings) started for the run:
   per batch and `reWriteBatchedInserts=true` (multi-row INSERTs, its fastest setting), the better of
   two ways to reach the keyed table: appending into it (the index maintained row by row), or
   appending into a bare table and adding the primary key afterwards (the index built once);
-- ours: `PostgresSink.write` (the table is empty: tasks COPY into staging tables, then one
-  transaction inserts and builds the primary key), timed after a 1-row write has started Spark's
-  Python workers, as they are in a pipeline run where the sink follows the grouped map.
+- ours: `PostgresSink.write` (the table is empty: each task COPYs its partition straight into it,
+  in binary, in one transaction), timed after a 1-row write has started Spark's Python workers, as
+  they are in a pipeline run where the sink follows the grouped map.
 Then ours runs again on the same frame: the row count and every value must be unchanged
 (`idempotent=1`). Last, a streaming run is killed (SIGKILL-equivalent `os._exit`) right after a
 micro-batch's database commit and before Spark's commit, then restarted: every row must be in
 PostgreSQL exactly once, equal to the Parquet output (`exactly_once=1`).
+
+Wall times follow the machine's load (printed with each figure); so each writer's CPU seconds are
+printed too, for Spark (its JVM and Python workers) and for the server, counted from /proc.
 
 Needs /usr/share/java/postgresql.jar: `scripts/ensure-postgres.sh --jdbc` (make bench does it).
 
@@ -35,6 +38,48 @@ JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 SCHEMA = "bench"
 KILL_EXIT = 9
 SINK_URL_ENV = "REBALANCER_BENCH_SINK_URL"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+WARM_UP_ROWS = 100_000
+
+
+def tree_cpu(root: int, exclude: int | None = None) -> float:
+    """CPU seconds of `root` and its descendants, the exited ones its processes have reaped included."""
+    parents: dict[int, int] = {}
+    own: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        own[int(entry)] = sum(int(x) for x in fields[11:15]) / CLOCK_TICKS  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        if pid != exclude:
+            total += own.get(pid, 0.0)
+            stack.extend(children.get(pid, []))
+    return total
+
+
+class Meter:
+    """Wall seconds, and CPU seconds of Spark (this process's tree) and of the server, for one write."""
+
+    def __init__(self, postmaster: int) -> None:
+        self.postmaster = postmaster
+
+    def sample(self) -> tuple[float, float, float]:
+        return time.perf_counter(), tree_cpu(os.getpid(), exclude=self.postmaster), tree_cpu(self.postmaster)
+
+    def since(self, start: tuple[float, float, float]) -> str:
+        _, spark, server = (b - a for a, b in zip(start, self.sample()))
+        return f"CPU Spark {spark:.1f} s + server {server:.1f} s = {spark + server:.1f} s, load {os.getloadavg()[0]:.1f}"
 
 
 def fingerprint(conn, table: str) -> tuple[int, int]:
@@ -43,18 +88,29 @@ def fingerprint(conn, table: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def jdbc_write(metrics, pg, table: str, batchsize: int, key_after: bool) -> float:
+def fresh_table(metrics, pg, table: str, key_after: bool = False) -> None:
+    """`table` as the sink creates it, without its primary key for `key_after`. Autovacuum is off for
+    every measured table: otherwise it works on one writer's table while the next writer is timed."""
+    import psycopg
+
+    from rebalancer.pipeline.sinks import METRICS_KEY, PostgresSink
+
+    PostgresSink(pg.url, schema=SCHEMA).ensure_table(metrics.schema, table, METRICS_KEY)
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {SCHEMA}.{table} SET (autovacuum_enabled = false)")
+        if key_after:
+            conn.execute(f"ALTER TABLE {SCHEMA}.{table} DROP CONSTRAINT {table}_pkey")
+
+
+def jdbc_write(metrics, pg, table: str, batchsize: int, key_after: bool, meter: Meter) -> tuple[float, str]:
     """Seconds for Spark's writer to fill `table`, which has the sink's shape; `key_after`: into a
     bare table (the key dropped first), then the primary key added back, timed as part of the write."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
-    from rebalancer.pipeline.sinks import METRICS_KEY, PostgresSink
+    from rebalancer.pipeline.sinks import METRICS_KEY
 
-    PostgresSink(pg.url, schema=SCHEMA).ensure_table(metrics.schema, table, METRICS_KEY)
-    if key_after:
-        with psycopg.connect(pg.url, autocommit=True) as conn:
-            conn.execute(f"ALTER TABLE {SCHEMA}.{table} DROP CONSTRAINT {table}_pkey")
+    fresh_table(metrics, pg, table, key_after)
     params = conninfo_to_dict(pg.url)
     properties = {
         "user": str(params["user"]),
@@ -64,12 +120,12 @@ def jdbc_write(metrics, pg, table: str, batchsize: int, key_after: bool) -> floa
         "reWriteBatchedInserts": "true",
     }
     url = f"jdbc:postgresql://127.0.0.1:{pg.port}/{pg.database}"
-    started = time.perf_counter()
+    start = meter.sample()
     metrics.write.jdbc(url, f"{SCHEMA}.{table}", mode="append", properties=properties)
     if key_after:
         with psycopg.connect(pg.url, autocommit=True) as conn:
             conn.execute(f"ALTER TABLE {SCHEMA}.{table} ADD CONSTRAINT {table}_pkey PRIMARY KEY ({', '.join(METRICS_KEY)})")
-    return time.perf_counter() - started
+    return time.perf_counter() - start[0], meter.since(start)
 
 
 def stream_child(input_dir: Path, out: Path, kill_after: int) -> int:
@@ -186,33 +242,39 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute(f"CREATE SCHEMA {SCHEMA}")
 
             # Python workers idle for a minute are stopped; in a pipeline run the sink follows the grouped
-            # map, so its workers are running. Start them here, outside the timing, with a 1-row write.
+            # map, so its workers are running and the JVM has compiled its Arrow path. Warm both writers
+            # up the same way here, outside the timing, with WARM_UP_ROWS rows into scratch tables.
+            meter = Meter(int((pg.data_dir / "postmaster.pid").read_text().split()[0]))
             sink = PostgresSink(pg.url, schema=SCHEMA)
-            sink.write(metrics.limit(1), "warm_up", METRICS_KEY)
-            started = time.perf_counter()
+            sink.write(metrics.limit(WARM_UP_ROWS), "warm_up", METRICS_KEY)
+            jdbc_write(metrics.limit(WARM_UP_ROWS), pg, "warm_up_jdbc", args.batchsize, False, meter)
+            fresh_table(metrics, pg, "metrics_ours")
+            start = meter.sample()
             first = sink.write(metrics, "metrics_ours", METRICS_KEY)
-            ours_seconds = time.perf_counter() - started
-            print(f"  ours (COPY, bulk load of an empty table): {ours_seconds:.2f} s, {rows / ours_seconds:,.0f} rows/s, "
-                  f"{first.tasks} tasks")
+            ours_seconds = time.perf_counter() - start[0]
+            print(f"  ours (binary COPY straight into the empty table, {first.tasks} tasks, {first.direct:,} rows direct): "
+                  f"{ours_seconds:.2f} s, {rows / ours_seconds:,.0f} rows/s; {meter.since(start)}")
             jdbc = {}
             for key_after in (False, True):
                 table = f"metrics_jdbc_{'key_after' if key_after else 'keyed'}"
-                jdbc[key_after] = jdbc_write(metrics, pg, table, args.batchsize, key_after)
+                jdbc[key_after], cpu = jdbc_write(metrics, pg, table, args.batchsize, key_after, meter)
                 how = "into a bare table, then ADD PRIMARY KEY" if key_after else "into the keyed table"
                 print(f"  jdbc batchsize={args.batchsize} reWriteBatchedInserts=true, {how}: "
-                      f"{jdbc[key_after]:.2f} s, {rows / jdbc[key_after]:,.0f} rows/s")
+                      f"{jdbc[key_after]:.2f} s, {rows / jdbc[key_after]:,.0f} rows/s; {cpu}")
             jdbc_seconds = min(jdbc.values())
 
             with psycopg.connect(pg.url) as conn:
                 before = fingerprint(conn, "metrics_ours")
                 jdbc_rows = {fingerprint(conn, f"metrics_jdbc_{name}") for name in ("keyed", "key_after")}
+            start = meter.sample()
             again = sink.write(metrics, "metrics_ours", METRICS_KEY)
+            print(f"  ours again (every key exists: each task finds its first key and upserts): {again.seconds:.2f} s, "
+                  f"{again.changed} rows changed, {again.direct} direct, {again.refused} refused; {meter.since(start)}")
             with psycopg.connect(pg.url) as conn:
                 after = fingerprint(conn, "metrics_ours")
-            print(f"  ours again: {again.seconds:.2f} s, {again.changed} rows changed")
             print(f"  the same rows and values as Spark's writer stored: {'yes' if jdbc_rows == {before} else 'NO'}")
             idempotent = (before == after and {count for count, _ in jdbc_rows} == {rows} == {before[0], first.rows}
-                          and again.changed == 0)
+                          and again.changed == 0 and first.direct == rows)
             metrics.unpersist()
 
             once, detail = exactly_once(spark, pg, work, args.stream_events)

@@ -30,6 +30,7 @@ WORKERS = 2
 # A loaded 2-core machine starts three JVMs slowly; readiness is polled, so this is only a bound.
 READY_DEADLINE_S = 240.0
 STOP_DEADLINE_S = 60.0
+APP_DEADLINE_S = 60.0  # for the master to record a finished application
 
 
 def free_port() -> int:
@@ -82,6 +83,19 @@ class StandaloneCluster:
         """The master's own JSON status page: workers, cores, applications."""
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=10) as response:
             return json.loads(response.read())
+
+    def completed_apps(self, at_least: int, timeout: float = APP_DEADLINE_S) -> list[dict[str, Any]]:
+        """The master's finished applications, once there are `at_least` of them (or at the deadline).
+
+        A driver tells the master it is done with a one-way message as it stops, so its process may
+        exit before the master has moved the application to `completedapps`.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            apps: list[dict[str, Any]] = self.state().get("completedapps", [])
+            if len(apps) >= at_least or time.monotonic() > deadline:
+                return apps
+            time.sleep(0.2)
 
     def env(self, **extra: str) -> dict[str, str]:
         """An environment for a driver on this cluster: loopback only, executors on `worker_python`."""
@@ -151,6 +165,7 @@ def _stop(cluster: StandaloneCluster) -> None:
             pass
     for process in cluster.processes:
         _kill_group(process.pid, deadline)
+        process.wait()  # reaps the leader, whose zombie would keep its group "alive"
     leftover = [process.pid for process in cluster.processes if _group_alive(process.pid)]
     assert not leftover, f"cluster process groups still running: {leftover}"
 

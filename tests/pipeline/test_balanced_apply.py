@@ -11,7 +11,7 @@ import pytest
 from pyspark import cloudpickle
 
 from rebalancer.pipeline import PlanStore, balanced_apply
-from rebalancer.pipeline.apply import ApplyItem, ApplyPlan, KeyCost, plan_keys
+from rebalancer.pipeline.apply import ApplyItem, ApplyPlan, BalancedApply, KeyCost, plan_keys
 
 pytestmark = pytest.mark.spark
 # Spark's Python workers cannot import this test module: its functions travel by value.
@@ -178,3 +178,64 @@ def test_the_store_survives_keys_of_every_json_unfriendly_type(tmp_path):
     assert (dt.date(2026, 1, 2),) in loaded and (decimal.Decimal("1.10"),) in loaded and (None,) in loaded
     assert json.loads((tmp_path / "s" / "plan.json").read_text())["version"] == 1
     assert store.key_costs(["other"]) == {}  # measurements of another key column are not used
+
+
+class _Accumulated:
+    """An accumulator's driver side as `BalancedApply` reads it: only `.value`."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def test_a_tasks_wait_before_its_first_call_is_shared_by_the_rows_of_its_keys():
+    counts = {("a",): 30, ("b",): 10, ("c",): 50}
+    plan = plan_keys(counts, {}, 2, ["key"])
+    index = sorted(plan.owner, key=lambda item: (plan.owner[item], plan.weights[item]))
+    shared, alone = plan.owner[ApplyItem(("a",))], plan.owner[ApplyItem(("c",))]
+    assert plan.owner[ApplyItem(("b",))] == shared != alone  # a and b share a slot; c is alone
+    result = BalancedApply(
+        frame=None,
+        plan=plan,
+        _items=_Accumulated({n: [counts[item.key], 0.1, 1] for n, item in enumerate(index)}),
+        _waits=_Accumulated({shared: [2.0], alone: [0.5]}),
+        _index=index,
+    )
+    costs = result.key_costs()
+    # Slot 0 waited 2 s for its 40 rows: a brought 30 of them, b 10; c had slot 1's wait to itself.
+    assert costs[("a",)] == KeyCost(30, pytest.approx(0.1 + 1.5), 1)
+    assert costs[("b",)] == KeyCost(10, pytest.approx(0.1 + 0.5), 1)
+    assert costs[("c",)] == KeyCost(50, pytest.approx(0.1 + 0.5), 1)
+
+
+def test_the_task_clock_restarts_when_a_task_unpickles_it(monkeypatch):
+    import pickle
+
+    from rebalancer.pipeline import apply
+
+    monkeypatch.setattr(apply, "own_clock", lambda: 100.0)
+    clock = apply.TaskClock()
+    monkeypatch.setattr(apply, "own_clock", lambda: 250.0)
+    assert clock.started == 100.0
+    assert cloudpickle.loads(cloudpickle.dumps(clock)).started == 250.0
+    assert pickle.loads(pickle.dumps(clock)).started == 250.0
+
+
+def test_the_own_clock_stops_while_the_thread_waits_for_a_cpu(monkeypatch, tmp_path):
+    from rebalancer.pipeline import apply
+
+    stat = tmp_path / "schedstat"
+    monkeypatch.setattr(apply, "_SCHEDSTAT", str(stat))
+    monkeypatch.setattr(apply.time, "time", lambda: 1000.0)
+    stat.write_text("5000000000 2500000000 17\n")  # 5 s on a CPU, 2.5 s queued for one
+    assert apply.queued_seconds() == 2.5 and apply.own_clock() == 997.5
+    stat.unlink()  # no schedstat (not Linux): wall clock
+    assert apply.queued_seconds() == 0.0 and apply.own_clock() == 1000.0
+
+
+def test_every_task_reports_one_wait_before_its_first_call(spark):
+    df = _frame(spark, {f"k{i}": 20 + i for i in range(9)})
+    result = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=3)
+    result.frame.write.format("noop").mode("overwrite").save()
+    waits = result._waits.value
+    assert sorted(waits) == [0, 1, 2] and all(seconds >= 0 for (seconds,) in waits.values())
+    assert sum(cost.calls for cost in result.key_costs().values()) == 9

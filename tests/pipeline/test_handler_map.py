@@ -141,8 +141,12 @@ def test_a_run_with_handlers_writes_each_handlers_output_and_counts_the_unhandle
     assert rest == {t: n for t, n in per_type.items() if t.startswith("metric_000") and t != "metric_0000"}
 
     # Re-running is idempotent, and with a default the unhandled types go to the built-in metrics.
+    # The output as a file: URI this time: the plan stores are still kept, on its local path.
     handlers.write_text(textwrap.dedent(HANDLERS) + '\npipeline.default("metrics")\n')
-    assert main([*argv, "--handlers", str(handlers), "--cost", "seconds"]) == 0
+    as_uri = [out.as_uri() if arg == str(out) else arg for arg in argv]
+    assert main([*as_uri, "--handlers", str(handlers), "--cost", "seconds"]) == 0
+    stored = json.loads((out / "_plans" / "top" / "plan.json").read_text())
+    assert stored["cost"] == "seconds" and sum(row["rows"] for row in stored["measured"]) == per_type["metric_0000"]
     again = json.loads((out / "summary.json").read_text())
     report = (out / "report.html").read_text()
     assert "<h2>Handlers</h2>" in report and "<td>top</td>" in report and "Every accepted row went to a handler" in report

@@ -91,7 +91,7 @@ def test_cluster_run_with_ship_equals_a_local_run(spark, spark_cluster, cluster_
     assert result.returncode == 0, result.stderr[-3000:] + spark_cluster.log_tail()
     assert "shipping rebalancer to the executors: rebalancer-" in result.stdout
     # It ran as an application of the standalone master, on its two one-core workers.
-    apps = spark_cluster.state().get("completedapps", [])
+    apps = spark_cluster.completed_apps(finished_before + 1)
     assert len(apps) == finished_before + 1 and apps[-1]["name"] == "rebalancer"
 
     local_out = tmp_path / "local"
@@ -114,4 +114,100 @@ def test_cluster_run_with_ship_equals_a_local_run(spark, spark_cluster, cluster_
     pd.testing.assert_frame_equal(
         _sorted(pd.read_parquet(cluster_out / "quarantine").fillna(""), quarantine_keys),
         _sorted(pd.read_parquet(local_out / "quarantine").fillna(""), quarantine_keys),
+    )
+
+
+# Two handlers whose hot types the plan must split at 4 partitions (metric_0000 holds 60% of
+# `latency`'s rows, metric_0001 48% of `rollup`'s), one split-safe by entity and one merged by
+# `combine`; every other type goes to the built-in aggregation.
+CLUSTER_HANDLERS = '''
+import pandas as pd
+from rebalancer.pipeline import Pipeline
+
+pipeline = Pipeline()
+
+
+def merge_rollups(partials):
+    return partials.groupby(["type", "minute"], as_index=False).agg(
+        n=("n", "sum"), positive=("positive", "sum"), low=("low", "min"), high=("high", "max"))
+
+
+@pipeline.handler(("metric_0001", "metric_001*"), split_by="entity", combine=merge_rollups,
+                  schema="type string, minute timestamp, n long, positive long, low double, high double")
+def rollup(frame):
+    counted = frame.assign(positive=(frame["value"] > 0).astype("int64"))
+    out = counted.groupby(["type", "minute"], as_index=False).agg(
+        n=("value", "size"), positive=("positive", "sum"), low=("value", "min"), high=("value", "max"))
+    return out[["type", "minute", "n", "positive", "low", "high"]]
+
+
+# Registered second: metric_0001 matches both patterns and goes to `rollup`, the first match.
+@pipeline.handler("metric_000[0-4]", split_by="entity",
+                  schema="type string, entity string, minute timestamp, n long, total double, p50 double")
+def latency(frame):
+    grouped = frame.groupby(["type", "entity", "minute"], as_index=False)
+    out = grouped.agg(n=("value", "size"), total=("value", "sum"), p50=("value", "median"))
+    return out[["type", "entity", "minute", "n", "total", "p50"]]
+
+
+pipeline.default("metrics")
+'''
+# What two runs of one plan may disagree on in a handler's summary section: where, and how long.
+VARYING_KEYS = ("output", "task_seconds", "seconds_skew_ratio")
+
+
+def _same_in_two_runs(section: dict) -> dict:
+    return {key: value for key, value in section.items() if key not in VARYING_KEYS}
+
+
+def _read_output(path: Path, keys: list[str]) -> pd.DataFrame:
+    frame = pd.read_parquet(path)
+    frame["date"] = frame["date"].astype(str)
+    return _sorted(frame, keys)
+
+
+def test_cluster_run_with_the_handler_map_equals_a_local_run(spark, spark_cluster, cluster_input, tmp_path):
+    from rebalancer.pipeline.framework import load_handlers
+
+    handlers = tmp_path / "cluster_handlers.py"
+    handlers.write_text(CLUSTER_HANDLERS)
+    cluster_out = tmp_path / "cluster"
+    result = _run_on_cluster(spark_cluster, cluster_input, cluster_out, "--ship", "--handlers", str(handlers))
+    assert result.returncode == 0, result.stderr[-3000:] + spark_cluster.log_tail()
+    assert "shipping rebalancer to the executors: rebalancer-" in result.stdout
+
+    local_out = tmp_path / "local"
+    local = run_batch(spark, inspect_input(cluster_input), local_out, "weighted", PARTITIONS, report=False,
+                      handlers=load_handlers(handlers))
+    remote = json.loads((cluster_out / "summary.json").read_text())
+    for key in ("ingested", "accepted", "quarantined", "handled", "unhandled", "unhandled_types", "task_rows"):
+        assert remote[key] == local[key], key
+    assert remote["accepted"] == remote["handled"] and remote["unhandled"] == 0
+    assert set(remote["handlers"]) == set(local["handlers"]) == {"metrics", "latency", "rollup"}
+    for name, cluster_section in remote["handlers"].items():
+        assert _same_in_two_runs(cluster_section) == _same_in_two_runs(local["handlers"][name]), name
+    for name in ("latency", "rollup"):
+        cluster_section = remote["handlers"][name]
+        # Spark ran the planned placement on the cluster, and the hot type was split there.
+        assert cluster_section["task_rows"] == cluster_section["planned_rows"]
+        assert cluster_section["split_types"] == [{"latency": "metric_0000", "rollup": "metric_0001"}[name]]
+        assert len(cluster_section["task_seconds"]) == PARTITIONS
+    assert remote["handlers"]["latency"]["types"] == 4 and remote["handlers"]["rollup"]["types"] == 11
+    assert remote["handlers"]["metrics"]["rows"] == local["handlers"]["metrics"]["rows"] > 0
+    assert sum(remote["handlers"][name]["rows"] for name in remote["handlers"]) == remote["accepted"]
+
+    latency_keys, rollup_keys = ["type", "entity", "minute"], ["type", "minute"]
+    # `total` is a float sum whose order may differ between the runs; everything else is exact.
+    pd.testing.assert_frame_equal(
+        _read_output(cluster_out / "latency", latency_keys), _read_output(local_out / "latency", latency_keys),
+        check_exact=False, rtol=1e-12,
+    )
+    cluster_rollup = _read_output(cluster_out / "rollup", rollup_keys)
+    pd.testing.assert_frame_equal(cluster_rollup, _read_output(local_out / "rollup", rollup_keys), check_exact=True)
+    # combine merged the split type's shards: one row per (type, minute), none left partial.
+    assert not cluster_rollup.duplicated(rollup_keys).any()
+    assert cluster_rollup["n"].sum() == remote["handlers"]["rollup"]["rows"]
+    pd.testing.assert_frame_equal(
+        _read_output(cluster_out / "metrics", latency_keys), _read_output(local_out / "metrics", latency_keys),
+        check_exact=False, rtol=1e-12,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -69,6 +70,53 @@ def test_cli_run_through_spark_connect_matches_a_local_run(connect_server, spark
     for output in ("metrics", "quarantine"):
         pd.testing.assert_frame_equal(_frame(remote_out / output), _frame(tmp_path / "local" / output))
     assert json.loads((remote_out / "plan.json").read_text()) == json.loads((tmp_path / "local" / "plan.json").read_text())
+
+
+# balanced_apply through Connect runs in a process of its own: see the script's docstring for why.
+CONNECT_APPLY = Path(__file__).with_name("connect_apply_run.py")
+NO_STATS = "task stats are unavailable on Spark Connect (no accumulators)"
+
+
+def _by_key(path: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(path)
+    return frame.sort_values(list(frame.columns), na_position="first").reset_index(drop=True)
+
+
+@pytest.mark.spark
+@pytest.mark.connect
+@pytest.mark.timeout(900)  # the server's start (if this test runs first) and three cases through it
+def test_balanced_apply_through_spark_connect_equals_apply_in_pandas(connect_server, tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, str(CONNECT_APPLY), connect_server.url, str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:] + "\n" + connect_server.log.read_text()[-3000:]
+    cases = json.loads((out / "cases.json").read_text())
+    assert list(cases) == ["whole", "split_safe", "combine"]
+    for name, case in cases.items():
+        balanced, plain = _by_key(out / f"{name}.balanced.parquet"), _by_key(out / f"{name}.plain.parquet")
+        # Exactly applyInPandas' rows (the sums are of quarters: exact in any order).
+        pd.testing.assert_frame_equal(balanced, plain, check_exact=True)
+        assert case["stats_available"] is False and case["task_stats_error"] == NO_STATS, name
+    # Null keys form one group, and every row is counted once.
+    whole = _by_key(out / "whole.balanced.parquet")
+    assert whole["key"].isna().sum() == 1 and whole.loc[whole["key"].isna(), "n"].tolist() == [6]
+    assert whole["n"].sum() == 900 + sum(10 + i for i in range(10)) + 6
+
+    # partitions=None took the server's default parallelism (its spark.sql.shuffle.partitions=4), and
+    # without split_by the hot key (90% of the rows) stays whole on one task.
+    assert cases["whole"]["partitions"] == 4
+    assert cases["whole"]["split"] == [] and len(cases["whole"]["hot_slots"]) == 1
+    assert max(cases["whole"]["planned_rows"]) == 900
+    # With split_by the hot key is split into shards on several tasks; with combine they merge back.
+    for name in ("split_safe", "combine"):
+        assert cases[name]["split"] == [["hot"]] and len(cases[name]["hot_slots"]) > 1, name
+        assert max(cases[name]["planned_rows"]) < 900
+    assert len(_by_key(out / "combine.balanced.parquet")) == 12  # one row per key, hot's partials merged
+    # Without task stats, the placement is still checked: each task consumed exactly its planned rows.
+    for name in ("whole", "split_safe"):
+        assert cases[name]["task_rows"] == cases[name]["planned_rows"], name
 
 
 def test_stats_columns_mark_a_call_that_returned_no_rows():

@@ -45,7 +45,7 @@ def _primary_key(conn, schema: str, table: str) -> list[str]:
 def test_created_table_has_the_spark_types_and_the_key_and_a_rerun_changes_nothing(spark, postgres, pg_schema, pg_connect):
     sink = PostgresSink(postgres.url, schema=pg_schema)
     first = sink.write(_frame(spark), table="t", key=["k1", "k2"])
-    assert (first.rows, first.changed, first.tasks) == (ROWS, ROWS, 2)
+    assert (first.rows, first.changed, first.tasks, first.direct) == (ROWS, ROWS, 2, ROWS)
     columns = pg_connect.execute(
         "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
         "WHERE table_schema = %s AND table_name = 't' ORDER BY ordinal_position",
@@ -67,7 +67,8 @@ def test_created_table_has_the_spark_types_and_the_key_and_a_rerun_changes_nothi
     assert before[0][3] == 0.0 and str(before[0][2]) == "1970-01-01 00:00:00+00:00"
 
     again = sink.write(_frame(spark), table="t", key=["k1", "k2"])
-    assert (again.rows, again.changed) == (ROWS, 0)
+    # Every key exists: each task finds its first key in the table and upserts without a direct COPY.
+    assert (again.rows, again.changed, again.direct, again.refused) == (ROWS, 0, 0, 0)
     assert _table(pg_connect, pg_schema, "t") == before
 
     bumped = sink.write(_frame(spark, bump=10), table="t", key=["k1", "k2"])
@@ -87,6 +88,63 @@ def test_a_task_failing_after_copy_leaves_the_target_untouched(spark, postgres, 
     assert copied > 0  # the staging table held rows when the task failed
     assert postgres._password not in str(error.value)
     assert _table(pg_connect, pg_schema, "t") == before
+
+
+def _values(conn, schema: str, table: str) -> dict[tuple[str, int], float]:
+    return {(r[0], r[1]): r[3] for r in _table(conn, schema, table)}
+
+
+def _expected_values(bump: int, ids: range = range(ROWS)) -> dict[tuple[str, int], float]:
+    return {(str(i % 7), i): i * 2.5 + (1 if i < bump else 0) for i in ids}
+
+
+def test_a_task_failing_after_its_direct_copy_leaves_the_target_untouched(spark, postgres, pg_schema, pg_connect):
+    failing = PostgresSink(postgres.url, schema=pg_schema, inject_failure_after_copy=True)
+    with pytest.raises(SinkError) as error:
+        failing.write(_frame(spark), table="t", key=["k1", "k2"])
+    copied, direct = map(int, re.search(r"COPY of (\d+) rows \((\d+) straight into the target\)", str(error.value)).groups())
+    assert copied == direct > 0  # the empty target took the task's rows directly, then the task failed
+    assert _count(pg_connect, pg_schema, "t") == 0
+
+
+def test_a_task_meeting_existing_keys_rolls_back_and_upserts_its_rows(spark, postgres, pg_schema, pg_connect):
+    sink = PostgresSink(postgres.url, schema=pg_schema)
+    existing = sink.write(_frame(spark).where("k2 % 3 = 1"), table="t", key=["k1", "k2"])
+    assert (existing.rows, existing.changed, existing.direct, existing.refused) == (333, 333, 333, 0)
+    # One task in key order: its first key (k2 = 0) is new, so it tries the direct COPY, which k2 = 1
+    # makes PostgreSQL refuse; it rolls back and upserts. The 667 new rows are inserted, and of the
+    # 333 old ones only 1, 4 and 7 (below `bump`) change.
+    ordered = _frame(spark, bump=10).repartition(1).sortWithinPartitions("k2")
+    full = sink.write(ordered, table="t", key=["k1", "k2"])
+    assert (full.rows, full.changed, full.direct, full.refused, full.tasks) == (ROWS, 667 + 3, 0, 1, 1)
+    assert _values(pg_connect, pg_schema, "t") == _expected_values(bump=10)
+    assert _count(pg_connect, pg_schema, "t") == ROWS
+
+
+def test_rows_past_the_replay_limit_are_upserted_in_the_direct_copys_transaction(
+    spark, postgres, pg_schema, pg_connect, monkeypatch
+):
+    from rebalancer.pipeline.sinks import postgres as postgres_module
+
+    monkeypatch.setattr(postgres_module, "ARROW_BATCH_ROWS", 100)  # batches of 100 rows
+    # replay_bytes=1: a task keeps only its first batch; that goes in by COPY, the rest by the upsert.
+    sink = PostgresSink(postgres.url, schema=pg_schema, replay_bytes=1)
+    existing = sink.write(_frame(spark).where("k2 >= 500"), table="t", key=["k1", "k2"])
+    assert (existing.rows, existing.changed, existing.direct) == (500, 500, 2 * 100)
+    assert _values(pg_connect, pg_schema, "t") == _expected_values(bump=0, ids=range(500, ROWS))
+
+    # One task, in key order: its first batch (k2 0..99) is new and goes in directly; the other 900
+    # rows (400 new, 500 existing with new values) through the upsert, in the same transaction.
+    ordered = _frame(spark, bump=ROWS).repartition(1).sortWithinPartitions("k2")
+    failing = PostgresSink(postgres.url, schema=pg_schema, replay_bytes=1, inject_failure_after_copy=True)
+    with pytest.raises(SinkError, match=r"COPY of 1000 rows \(100 straight into the target\)"):
+        failing.write(ordered, table="t", key=["k1", "k2"])
+    assert _values(pg_connect, pg_schema, "t") == _expected_values(bump=0, ids=range(500, ROWS))
+    written = sink.write(ordered, table="t", key=["k1", "k2"])
+    assert (written.rows, written.changed, written.direct, written.refused, written.tasks) == (ROWS, ROWS, 100, 0, 1)
+    assert _values(pg_connect, pg_schema, "t") == _expected_values(bump=ROWS)
+    with pytest.raises(ValueError, match="replay_bytes must be >= 1, got 0"):
+        PostgresSink(postgres.url, replay_bytes=0)
 
 
 def _count(conn, schema: str, table: str) -> int:

@@ -99,7 +99,11 @@ class ApplyPlan:
 
 @dataclass(frozen=True)
 class TaskStats:
-    """Per task (= slot): rows, seconds from its first call's start to its last call's end, calls."""
+    """Per task (= slot): rows, seconds from its first call's start to its last call's end, calls.
+
+    Seconds are `own_clock` seconds: wall time less the time the task's Python worker waited for a
+    CPU, so on an oversubscribed machine they show the task's work rather than its neighbours'.
+    """
 
     rows: list[int]
     seconds: list[float]
@@ -291,6 +295,39 @@ class SumParam(AccumulatorParam):
         return value1
 
 
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def queued_seconds() -> float:
+    """Seconds this thread has been runnable but waiting for a CPU (Linux's schedstat); 0.0 elsewhere."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def own_clock() -> float:
+    """Wall seconds less the time spent waiting for a CPU: how long work would take on a core of
+    its own. On a shared or oversubscribed executor, wall time also measures the neighbours' load,
+    which changes between runs; a plan weighted by it would chase that noise."""
+    return time.time() - queued_seconds()
+
+
+class TaskClock:
+    """When this task's Python side began (`own_clock`): set when the grouped-map function is unpickled.
+
+    Spark sends a task's function before its rows, so the time from here to the first call is the
+    task's shuffle read and sort, which no call is charged with (see `_make_call`).
+    """
+
+    def __init__(self) -> None:
+        self.started = own_clock()
+
+    def __reduce__(self) -> tuple[Callable[[], TaskClock], tuple[()]]:
+        return TaskClock, ()
+
+
 # --- the result ---------------------------------------------------------------------------------
 
 
@@ -302,6 +339,7 @@ class BalancedApply:
     plan: ApplyPlan
     _tasks: Any = field(repr=False, default=None)
     _items: Any = field(repr=False, default=None)
+    _waits: Any = field(repr=False, default=None)
     _index: list[ApplyItem] = field(repr=False, default_factory=list)
     _store: PlanStore | None = field(repr=False, default=None)
 
@@ -326,12 +364,25 @@ class BalancedApply:
         return TaskStats(rows=rows, seconds=seconds, calls=calls)
 
     def key_costs(self) -> dict[Key, KeyCost]:
-        """Rows, seconds and calls per key measured by the action (empty before it ran)."""
+        """Rows, seconds and calls per key measured by the action (empty before it ran).
+
+        A task's wait before its first call (reading and sorting its rows) is shared among the
+        items it ran by rows, so a key's seconds grow with the rows it brings to its task.
+        """
+        measured = dict(self._items.value) if self._items is not None else {}
+        task_rows: dict[int, float] = {}
+        for index, (rows, _seconds, _calls) in measured.items():
+            slot = self.plan.owner[self._index[index]]
+            task_rows[slot] = task_rows.get(slot, 0) + rows
+        waits = dict(self._waits.value) if self._waits is not None else {}
         totals: dict[Key, list[float]] = {}
-        for index, numbers in self._items.value.items() if self._items is not None else []:
+        for index, (rows, seconds, calls) in measured.items():
+            slot = self.plan.owner[self._index[index]]
+            share = waits.get(slot, [0.0])[0] * rows / task_rows[slot] if task_rows[slot] else 0.0
             total = totals.setdefault(self._index[index].key, [0, 0.0, 0])
-            for position, value in enumerate(numbers):
-                total[position] += value
+            total[0] += rows
+            total[1] += seconds + share
+            total[2] += calls
         costs = {
             key: KeyCost(int(rows), float(seconds), int(calls))
             for key, (rows, seconds, calls) in totals.items()
@@ -571,20 +622,24 @@ def _make_call(
     key_columns: list[str],
     tasks: Any,
     items: Any,
+    waits: Any,
     combine_group: Mapping[int, int] | None,
 ) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """The grouped-map function: times `func` on one key's (or shard's) rows and reports it.
 
     A call's seconds run from the end of the task's previous call, so the per-group cost Spark pays
-    outside `func` (Arrow to pandas and back) is charged to the key that caused it.
+    outside `func` (Arrow to pandas and back) is charged to the key that caused it. The wait before
+    a task's first call goes to `waits`, to be shared by rows (`BalancedApply.key_costs`). All of it
+    is measured on `own_clock`, the task stats too.
     """
     from pyspark import TaskContext
 
     takes_key = _takes_key(func)
+    clock = TaskClock()  # unpickled afresh, and so restarted, by every task
     last_end: dict[int, float] = {}
 
     def call(frame: pd.DataFrame) -> pd.DataFrame:
-        started = time.time()
+        own_start = own_clock()
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else -1
         item = int(frame[ITEM_COLUMN].iloc[0]) if len(frame) else -1
@@ -596,13 +651,17 @@ def _make_call(
             raise RuntimeError(
                 f"balanced_apply: func failed on key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        ended = time.time()
-        since = last_end.get(pid, started)
-        last_end[pid] = ended
+        own_end = own_clock()
+        since = last_end.get(pid)
+        if since is None:
+            since = own_start
+            if waits is not None:
+                waits.add({pid: [max(0.0, own_start - clock.started)]})
+        last_end[pid] = own_end
         if tasks is not None:
-            tasks.add({pid: [len(frame), started, ended, ended - started, 1]})
+            tasks.add({pid: [len(frame), own_start, own_end, own_end - own_start, 1]})
         if items is not None and item >= 0:
-            items.add({item: [len(frame), ended - since, 1]})
+            items.add({item: [len(frame), max(0.0, own_end - since), 1]})
         if combine_group is not None:
             out = out.copy() if hasattr(out, "copy") else out
             group = combine_group.get(item)
@@ -671,8 +730,12 @@ def balanced_apply(
     # keys carry their own Arrow conversion, and only the lightest call of a task goes uncharged.
     index = sorted(plan.owner, key=lambda item: (plan.owner[item], plan.weights[item]))
     connect = is_connect(spark)
+    if connect and cost == "seconds":
+        log.warning("balanced_apply: cost='seconds' on Spark Connect has no seconds to learn from "
+                    "(no accumulators); keys are weighted by the store's last measurements, or by rows")
     tasks = None if connect else spark.sparkContext.accumulator({}, TaskStatsParam())
     items = None if connect else spark.sparkContext.accumulator({}, SumParam())
+    waits = None if connect else spark.sparkContext.accumulator({}, SumParam())
     combining = combine is not None and bool(plan.split)
     combine_group: dict[int, int] | None = None
     stage_schema = out_schema
@@ -685,7 +748,7 @@ def balanced_apply(
         }
         stage_schema = StructType([*out_schema.fields, StructField(COMBINE_COLUMN, LongType(), False)])
     keyed = _with_slot_columns(df, plan, index, split_by)
-    call = _make_call(func, list(df.columns), key_columns, tasks, items, combine_group)
+    call = _make_call(func, list(df.columns), key_columns, tasks, items, waits, combine_group)
     frame = (
         keyed.repartition(slots, SLOT_COLUMN)
         .groupBy(SLOT_COLUMN, ITEM_COLUMN, *key_columns)
@@ -696,7 +759,7 @@ def balanced_apply(
             _make_merge(combine, out_schema.fieldNames()), out_schema
         )
     result = BalancedApply(
-        frame=frame, plan=plan, _tasks=tasks, _items=items, _index=index, _store=plan_store
+        frame=frame, plan=plan, _tasks=tasks, _items=items, _waits=waits, _index=index, _store=plan_store
     )
     if plan_store is not None:
         plan_store.save_plan(plan)

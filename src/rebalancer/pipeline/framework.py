@@ -394,7 +394,8 @@ def run_handlers(
 ) -> dict[str, dict[str, Any]]:
     """Run and write each user handler's output to OUT/<handler>/ (a stream's to
     OUT/<handler>/batch_id=N/); their summary sections. Each handler's PlanStore (its sticky plan
-    and the seconds for cost="seconds") is STORES/_plans/<handler>/ when STORES is a local path.
+    and the seconds for cost="seconds") is STORES/_plans/<handler>/ when STORES is local (a path or
+    a file: URI).
     With `keep`, each handler's written frame is persisted and kept there (for a database sink);
     the caller unpersists it.
 
@@ -410,10 +411,14 @@ def run_handlers(
     if not routing.handlers:
         return sections
     rows = handler_rows(classified)
+    # A file: URI's stores are on its local path; a remote filesystem's are not kept (yet).
+    store_root = stores if isinstance(stores, Path) else getattr(stores, "local", None)
+    if store_root is None and cost == "seconds":
+        log.warning("--cost seconds: no plan store on %s (not a local path), so each run plans by rows", stores)
     for name, types in routing.handlers.items():
         step(f"handler {name}")
         handler = routing.pipeline.get(name)
-        store = PlanStore(stores / "_plans" / name) if isinstance(stores, Path) else None
+        store = PlanStore(store_root / "_plans" / name) if store_root is not None else None
         try:
             run = run_handler(rows, handler, types, routing.counts.type_counts, partitions, cost, store)
         except ValueError as exc:

@@ -554,11 +554,19 @@ def _source_schema(spec: InputSpec, contract: StructType) -> StructType:
     return StructType([StructField(spec.columns[f.name], f.dataType, True) for f in contract.fields])
 
 
-def _parse_ts(frame: DataFrame) -> tuple[Column, Column]:
-    """(the instant, null unless parseable and in range; whether it parsed but is out of range).
+# Intermediate columns of `classify`, each computed once per row and dropped at the end.
+_TS_TEXT, _TS_EPOCH, _TS_NUMBER, _TS_ISO, _TS_OUT = (
+    "__ts_text", "__ts_epoch", "__ts_number", "__ts_iso", "__ts_out_of_range"
+)
+
+
+def _parse_ts(frame: DataFrame) -> DataFrame:
+    """`frame` plus `ts_parsed` (null unless parseable and in range) and `_TS_OUT` (parsed, but out of range).
 
     Epoch milliseconds are range-checked as numbers before they become timestamps, so a huge one
     never overflows. Text without an offset is UTC (the pipeline pins the session zone to UTC).
+    The trimmed text and each parse are columns of their own: as nested expressions Spark would
+    evaluate them once per reference, and this pass is most of the pipeline's first read.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, NumericType, StringType, TimestampNTZType, TimestampType
@@ -566,37 +574,50 @@ def _parse_ts(frame: DataFrame) -> tuple[Column, Column]:
     kind = frame.schema["ts"].dataType
     ts = F.col("ts")
 
-    def from_epoch_ms(number: Column, whole: Column) -> tuple[Column, Column]:
-        in_range = number.between(F.lit(TS_MIN_MS), F.lit(TS_MAX_MS))
-        out_of_range = number.isNotNull() & ~F.isnan(number) & ~in_range
-        return F.when(in_range, F.timestamp_millis(whole)), out_of_range
+    def epoch_in_range(number: Column) -> Column:
+        return number.between(F.lit(TS_MIN_MS), F.lit(TS_MAX_MS))
 
-    def in_range(parsed: Column) -> tuple[Column, Column]:
-        micros = F.unix_micros(parsed)
-        inside = micros.between(F.lit(TS_MIN_MICROS), F.lit(TS_MAX_MICROS))
-        return F.when(inside, parsed), parsed.isNotNull() & ~inside
+    def epoch_out_of_range(number: Column) -> Column:
+        return number.isNotNull() & ~F.isnan(number) & ~epoch_in_range(number)
+
+    def instant_in_range(parsed: Column) -> Column:
+        return F.unix_micros(parsed).between(F.lit(TS_MIN_MICROS), F.lit(TS_MAX_MICROS))
 
     if isinstance(kind, TimestampType | TimestampNTZType | DateType):
-        return in_range(ts.cast("timestamp"))
+        frame = frame.withColumn(_TS_ISO, ts.cast("timestamp"))
+        iso = F.col(_TS_ISO)
+        return frame.withColumn("ts_parsed", F.when(instant_in_range(iso), iso)).withColumn(
+            _TS_OUT, iso.isNotNull() & ~instant_in_range(iso)
+        )
     if isinstance(kind, NumericType):
-        return from_epoch_ms(ts.try_cast("double"), ts.try_cast("bigint"))
+        frame = frame.withColumn(_TS_NUMBER, ts.try_cast("double"))
+        number = F.col(_TS_NUMBER)
+        return frame.withColumn(
+            "ts_parsed", F.when(epoch_in_range(number), F.timestamp_millis(ts.try_cast("bigint")))
+        ).withColumn(_TS_OUT, epoch_out_of_range(number))
     text = F.trim(ts.cast("string") if not isinstance(kind, StringType) else ts)
-    is_epoch = text.rlike(EPOCH_MS_PATTERN)
-    epoch_ts, epoch_out = from_epoch_ms(text.try_cast("double"), text.try_cast("bigint"))
-    iso_ts, iso_out = in_range(F.try_to_timestamp(text))
-    return F.when(is_epoch, epoch_ts).otherwise(iso_ts), F.when(is_epoch, epoch_out).otherwise(iso_out)
+    frame = frame.withColumn(_TS_TEXT, text).withColumn(_TS_EPOCH, F.col(_TS_TEXT).rlike(EPOCH_MS_PATTERN))
+    epoch = F.col(_TS_EPOCH)
+    frame = frame.withColumn(_TS_NUMBER, F.when(epoch, F.col(_TS_TEXT).try_cast("double"))).withColumn(
+        _TS_ISO, F.when(~epoch, F.try_to_timestamp(F.col(_TS_TEXT)))
+    )
+    number, iso = F.col(_TS_NUMBER), F.col(_TS_ISO)
+    parsed = F.when(epoch, F.when(epoch_in_range(number), F.timestamp_millis(F.col(_TS_TEXT).try_cast("bigint"))))
+    out_of_range = F.when(epoch, epoch_out_of_range(number)).otherwise(iso.isNotNull() & ~instant_in_range(iso))
+    return frame.withColumn("ts_parsed", parsed.otherwise(F.when(instant_in_range(iso), iso))).withColumn(
+        _TS_OUT, out_of_range
+    )
 
 
 def classify(frame: DataFrame) -> DataFrame:
     """Adds the parsed columns (`ts_parsed`, `value_num`) and `reason` (null for a good row)."""
     from pyspark.sql import functions as F
 
-    parsed_ts, ts_out_of_range = _parse_ts(frame)
+    frame = _parse_ts(frame).withColumn("value_num", F.col("value").try_cast("double"))
     value_text = F.col("value").cast("string")
-    value_num = F.col("value").try_cast("double")
     reason = (
         F.when(F.col("ts").isNull(), F.lit("ts_missing"))
-        .when(ts_out_of_range, F.lit("ts_out_of_range"))
+        .when(F.col(_TS_OUT), F.lit("ts_out_of_range"))
         .when(F.col("ts_parsed").isNull(), F.lit("ts_unparseable"))
         .when(F.col("type").isNull() | (F.trim(F.col("type").cast("string")) == ""), F.lit("type_missing"))
         .when(F.col("entity").isNull(), F.lit("entity_missing"))
@@ -606,11 +627,8 @@ def classify(frame: DataFrame) -> DataFrame:
     )
     if NOT_JSON_COLUMN in frame.columns:
         reason = F.when(F.col(NOT_JSON_COLUMN), F.lit("value_not_json")).otherwise(reason)
-    return (
-        frame.withColumn("ts_parsed", parsed_ts)
-        .withColumn("value_num", value_num)
-        .withColumn("reason", reason)
-    )
+    helpers = [name for name in (_TS_TEXT, _TS_EPOCH, _TS_NUMBER, _TS_ISO, _TS_OUT) if name in frame.columns]
+    return frame.withColumn("reason", reason).drop(*helpers)
 
 
 def quarantine_rows(classified: DataFrame) -> DataFrame:

@@ -1,10 +1,11 @@
 """PostgresSink: Spark DataFrames into PostgreSQL by COPY and upsert: idempotent, and exactly-once per batch id.
 
-Batch writes (`batch_id=None`): every Spark task COPYs its partition into a temporary table and
-upserts it into the target in one transaction, so a re-run leaves the same rows and a failed task
-leaves nothing. Stream writes (`batch_id=N`): tasks COPY into their own staging tables, then the
-driver moves every table's rows into the targets and records `(query, batch_id)` in
-`rebalancer_batches`, all in one transaction; a batch id already recorded is skipped.
+Batch writes (`batch_id=None`): every Spark task COPYs its partition straight into the target in
+one transaction; where keys exist already (a re-run), the task rolls back and upserts the same rows
+from a temporary table instead, so a re-run leaves the same rows and a failed task leaves nothing.
+Stream writes (`batch_id=N`): tasks COPY into their own staging tables, then the driver moves
+every table's rows into the targets and records `(query, batch_id)` in `rebalancer_batches`, all
+in one transaction; a batch id already recorded is skipped.
 
 The password is kept only in the connection string handed to psycopg; repr, logs and errors show
 the URL without it.
@@ -16,7 +17,6 @@ import hashlib
 import json
 import logging
 import re
-import secrets
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,9 +26,10 @@ from urllib.parse import quote
 
 from rebalancer._extras import require_extra
 from rebalancer.pipeline.sinks._copy import (
+    DIRECT,
+    REPLAY_BYTES,
     RESULT_SCHEMA,
     STAGE,
-    UPSERT,
     CopyTask,
     stage_name,
     upsert_statement,
@@ -67,6 +68,8 @@ class TableWrite:
     tasks: int
     seconds: float
     skipped: bool = False  # a stream batch id already committed: nothing written this time
+    direct: int = 0  # of `changed`, rows COPYed straight into the table (the others went through the upsert)
+    refused: int = 0  # tasks whose direct COPY met existing keys: rolled back, their rows upserted instead
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class PostgresSink:
         *,
         connect_timeout: int = 10,
         inject_failure_after_copy: bool = False,
+        replay_bytes: int = REPLAY_BYTES,
     ) -> None:
         require_extra("the PostgreSQL sink", "postgres")
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -144,11 +148,16 @@ class PostgresSink:
             raise ValueError(f"sink URL cannot be parsed: {_redacted_text(_first_line(exc), url)}") from None
         if connect_timeout < 1:
             raise ValueError(f"connect_timeout must be >= 1, got {connect_timeout}")
+        if replay_bytes < 1:
+            raise ValueError(f"replay_bytes must be >= 1, got {replay_bytes}")
         self.schema = _check_identifier("sink schema", schema)
         self._password = str(params.get("password") or "")
         self._conninfo = make_conninfo(url, connect_timeout=connect_timeout, application_name="rebalancer")
         self.display_url = _display_url(params)
         self.inject_failure_after_copy = inject_failure_after_copy
+        # Per task: the most Arrow bytes kept to replay through the upsert when the direct COPY meets
+        # existing keys (the rest of a larger partition goes through the upsert without being kept).
+        self.replay_bytes = replay_bytes
         # Tables this sink has created or checked: later writes skip the catalog queries.
         self._prepared: set[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]] = set()
         self._batches_table_ready = False
@@ -313,50 +322,31 @@ class PostgresSink:
         return specs
 
     def write_all(self, outputs: Sequence[Output]) -> list[TableWrite]:
-        """Batch mode: each table in its own Spark job, each task one COPY + upsert transaction.
+        """Batch mode: each table in its own Spark job, each task one transaction.
 
-        A target that is empty (a first load) is loaded in bulk instead: tasks COPY into staging
-        tables, then one transaction inserts everything and builds the primary key once, by sort,
-        which is several times faster than maintaining it row by row. All or nothing, as before.
+        A task COPYs straight into the target (a first load: one copy of the rows, all tasks in
+        parallel); where that meets existing keys, it upserts through a temporary table instead.
         """
         results = []
         for output, (table, columns, key) in zip(outputs, self.prepare(outputs)):
             started = time.perf_counter()
-            bulk = self._is_empty(table)
-            prefix = f"{STAGE_PREFIX}{secrets.token_hex(5)}" if bulk else ""
-            task = CopyTask(self._conninfo, self.schema, table, columns, key, STAGE if bulk else UPSERT, prefix,
-                            fail_after_copy=self.inject_failure_after_copy)
-            try:
-                reports = self._run_tasks(output.frame, task)
-                partitions = sorted(r[0] for r in reports if r[1])
-                changed = sum(r[2] for r in reports)
-                if bulk:
-                    with self._statement_errors(table), self.connect() as conn:
-                        names = tuple(c for c, _ in columns)
-                        changed = self._move_stages(conn, table, prefix, names, key, partitions, bulk=True)
-            finally:
-                if bulk:
-                    self._drop_stages(prefix)
+            task = CopyTask(self._conninfo, self.schema, table, columns, key, DIRECT,
+                            fail_after_copy=self.inject_failure_after_copy, replay_bytes=self.replay_bytes)
+            reports = self._run_tasks(output.frame, task)
             result = TableWrite(
                 table=table,
                 rows=sum(r[1] for r in reports),
-                changed=changed,
-                tasks=len(partitions),
+                changed=sum(r[2] for r in reports),
+                tasks=sum(1 for r in reports if r[1]),
                 seconds=round(time.perf_counter() - started, 3),
+                direct=sum(r[3] for r in reports),
+                refused=sum(r[4] for r in reports),
             )
-            log.info("sink: %s.%s upserted %d rows (%d changed) from %d tasks in %.2f s%s", self.schema, table,
-                     result.rows, result.changed, result.tasks, result.seconds, " (bulk load)" if bulk else "")
+            log.info("sink: %s.%s upserted %d rows (%d changed, %d of them by direct COPY; %d direct COPYs refused) "
+                     "from %d tasks in %.2f s", self.schema, table, result.rows, result.changed, result.direct,
+                     result.refused, result.tasks, result.seconds)
             results.append(result)
         return results
-
-    def _is_empty(self, table: str) -> bool:
-        from psycopg import sql
-
-        with self.connect() as conn:
-            row = conn.execute(
-                sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(sql.Identifier(self.schema, table))
-            ).fetchone()
-        return bool(row and row[0])
 
     @contextmanager
     def _statement_errors(self, table: str) -> Iterator[None]:
@@ -378,14 +368,8 @@ class PostgresSink:
         names: tuple[str, ...],
         key: tuple[str, ...],
         partitions: list[int],
-        bulk: bool = False,
     ) -> int:
-        """Staged rows into the target inside `conn`'s transaction; returns the rows inserted or changed.
-
-        `bulk` (an empty target): drop the primary key, insert, and add it back, so the index is
-        built once; if the key cannot be dropped (a foreign key needs it), upsert as usual.
-        """
-        import psycopg
+        """Staged rows into the target inside `conn`'s transaction; returns the rows inserted or changed."""
         from psycopg import sql
 
         if not partitions:
@@ -393,35 +377,8 @@ class PostgresSink:
         stages = [sql.Identifier(self.schema, stage_name(prefix, p)) for p in partitions]
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in names)
         union = sql.SQL(" UNION ALL ").join(sql.SQL("SELECT {} FROM {}").format(columns, s) for s in stages)
-        target = sql.Identifier(self.schema, table)
-        changed = -1
-        if bulk:
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
-            still_empty = conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(target)).fetchone()
-            constraint = conn.execute(
-                "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
-                (target.as_string(conn),),
-            ).fetchone()
-            if still_empty and still_empty[0] and constraint:
-                pk = sql.Identifier(constraint[0])
-                try:
-                    with conn.transaction():
-                        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(target, pk))
-                        changed = conn.execute(
-                            sql.SQL("INSERT INTO {} ({}) {}").format(target, columns, union)
-                        ).rowcount
-                        conn.execute(
-                            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
-                                target, pk, sql.SQL(", ").join(sql.Identifier(k) for k in key)
-                            )
-                        )
-                except psycopg.errors.DependentObjectsStillExist:
-                    changed = -1
-        if changed < 0:
-            source = sql.SQL("({}) AS staged ORDER BY {}").format(
-                union, sql.SQL(", ").join(sql.Identifier(k) for k in key)
-            )
-            changed = conn.execute(upsert_statement(self.schema, table, source, names, key)).rowcount
+        source = sql.SQL("({}) AS staged ORDER BY {}").format(union, sql.SQL(", ").join(sql.Identifier(k) for k in key))
+        changed = conn.execute(upsert_statement(self.schema, table, source, names, key)).rowcount
         for stage in stages:
             conn.execute(sql.SQL("DROP TABLE {}").format(stage))
         return max(changed, 0)
@@ -553,7 +510,7 @@ class PostgresSink:
             for (name,) in names:
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.schema, name)))
 
-    def _run_tasks(self, frame: DataFrame, task: CopyTask) -> list[tuple[int, int, int]]:
+    def _run_tasks(self, frame: DataFrame, task: CopyTask) -> list[tuple[int, int, int, int, int]]:
         """Run `task` on every partition of `frame`; a failed task fails the write with one redacted line."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
@@ -565,7 +522,9 @@ class PostgresSink:
             raise SinkError(
                 f"sink {self.display_url}: writing {self.schema}.{task.table} failed: {self.redact(_python_error(exc))}"
             ) from None
-        return [(int(r["partition"]), int(r["copied"]), int(r["changed"])) for r in rows]
+        return [
+            (int(r["partition"]), int(r["copied"]), int(r["changed"]), int(r["direct"]), int(r["refused"])) for r in rows
+        ]
 
 
 @contextmanager
