@@ -1,11 +1,12 @@
 """Plain `groupBy(key).applyInPandas` vs `balanced_apply` by rows and by measured seconds.
 
-A per-key workload where rows are not cost: 2,000 keys with Zipf 1.1 volumes (4,000,000 rows), and
-a per-key function with a real fixed cost per call and a per-row one (per entity: a 5-minute
-rolling mean, averaged per minute, then a least-squares trend with `np.polyfit`), split-safe by
-`entity`. Task seconds are measured the same way in every mode: from a task's first call to its
-last, less the time its Python worker waited for a CPU (`own_clock`), so the skew shown is the
-work's, not the shared machine's. Three modes, each measured on its
+A per-key workload where rows are not cost: 2,000 keys with Zipf 1.1 volumes (4,000,000 rows), each
+with one entity per 1,000 rows (2 to 50, as a service's instances grow with its traffic), and a
+per-key function with a real fixed cost per call and a per-row one (per entity: a 5-minute rolling
+p99, averaged per minute, then a least-squares trend with `np.polyfit`), split-safe by `entity`.
+Task seconds are measured the same way in every mode: from a task's start (its Python worker
+receiving the function) to its last call's end, less the time the worker waited for a CPU
+(`own_clock`), so the skew shown is the work's, not the shared machine's. Three modes, each measured on its
 second run (the first run of `cost="seconds"` records the seconds its second run plans with):
 - plain: Spark's `df.groupBy("key").applyInPandas(func, schema)`, its calls timed by a wrapper;
 - rows: `balanced_apply(..., split_by="entity", cost="rows")`;
@@ -40,7 +41,7 @@ import pyarrow.parquet as pq
 
 # benchmarks/ is the script's directory, so its sibling is importable: one scheduler for both benchmarks.
 from pipeline import PROJECTED_CORES, list_schedule, ratio
-from rebalancer.pipeline.apply import PlanStore, balanced_apply, own_clock
+from rebalancer.pipeline.apply import PlanStore, TaskClock, balanced_apply, own_clock
 from rebalancer.pipeline.handler import TaskStatsParam, task_stats
 from rebalancer.pipeline.session import build_session
 
@@ -63,17 +64,30 @@ def volumes(rows: int, keys: int, skew: float) -> np.ndarray:
     return counts
 
 
-def generate_input(path: Path, rows: int, keys: int, skew: float, entities: int, minutes: int) -> None:
+def entities_per_key(counts: np.ndarray, most: int, rows_per_entity: int) -> np.ndarray:
+    """A key's entities grow with its volume, as a service's instances do: one per
+    `rows_per_entity` rows, at least 2 and at most `most`."""
+    return np.clip(-(-counts // rows_per_entity), 2, max(2, most))
+
+
+def generate_input(
+    path: Path, rows: int, keys: int, skew: float, entities: int, minutes: int, rows_per_entity: int
+) -> None:
     """Parquet files of (key, entity, ts, value), rows shuffled; values are whole numbers so sums are exact."""
     rng = np.random.default_rng(12)
-    key_index = np.repeat(np.arange(keys), volumes(rows, keys, skew))
+    counts = volumes(rows, keys, skew)
+    key_index = np.repeat(np.arange(keys), counts)
     rng.shuffle(key_index)
     key_names = np.array([f"k{i:04d}" for i in range(keys)], dtype=object)
-    entity_names = np.array([f"e{i:03d}" for i in range(entities)], dtype=object)
+    entity_names = np.array([f"e{i:03d}" for i in range(max(2, entities))], dtype=object)
+    # Each row draws one of its own key's entities.
+    entity_index = (rng.random(rows) * entities_per_key(counts, entities, rows_per_entity)[key_index]).astype(
+        np.int64
+    )
     table = pa.table(
         {
             "key": pa.array(key_names[key_index], pa.string()),
-            "entity": pa.array(entity_names[rng.integers(0, entities, rows)], pa.string()),
+            "entity": pa.array(entity_names[entity_index], pa.string()),
             "ts": pa.array(START + rng.integers(0, minutes * 60_000_000, rows).astype("timedelta64[us]")),
             "value": pa.array(rng.integers(0, 1000, rows).astype(np.float64)),
         }
@@ -86,16 +100,17 @@ def generate_input(path: Path, rows: int, keys: int, skew: float, entities: int,
 
 
 def trend(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per entity: its rows, and the trend (a linear fit's slope) of its 5-minute rolling mean,
-    averaged per minute. The rolling window costs per row, the fits per call and entity.
+    """Per entity: its rows, and the trend (a linear fit's slope) of its 5-minute rolling p99,
+    averaged per minute: a latency percentile's drift. The rolling window costs per row, the
+    fits per call and entity.
 
     Split-safe by entity: every output row depends on one entity's rows only.
     """
     frame = frame.sort_values(["entity", "ts"], kind="stable")
-    smooth = frame.groupby("entity", sort=True).rolling("5min", on="ts")["value"].mean()
+    p99 = frame.groupby("entity", sort=True).rolling("5min", on="ts")["value"].quantile(0.99)
     minute = frame["ts"].dt.floor("1min")
     by_minute = pd.MultiIndex.from_arrays([frame["entity"].to_numpy(), minute.to_numpy()])
-    per_minute = pd.Series(smooth.to_numpy(), index=by_minute).groupby(level=[0, 1], sort=True).mean()
+    per_minute = pd.Series(p99.to_numpy(), index=by_minute).groupby(level=[0, 1], sort=True).mean()
     counts = frame.groupby("entity", sort=True).size()
     slopes = []
     for _entity, series in per_minute.groupby(level=0, sort=True):
@@ -117,17 +132,24 @@ def merge_sums(partials: pd.DataFrame) -> pd.DataFrame:
 
 def timed(func: Callable[[pd.DataFrame], pd.DataFrame], stats: Any) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """`func`, reporting rows, start, end and calls per task to `stats` (a TaskStatsParam accumulator),
-    on the clock `balanced_apply`'s task stats use (wall less the time spent waiting for a CPU)."""
+    as `balanced_apply`'s task stats do: on its clock (wall less the time spent waiting for a CPU),
+    and from the task's start (its worker receiving the function, which restarts `TaskClock`)."""
     from pyspark import TaskContext
+
+    clock = TaskClock()
+    started_tasks: set[int] = set()
 
     def call(frame: pd.DataFrame) -> pd.DataFrame:
         started = own_clock()
         out = func(frame)
         ended = own_clock()
         context = TaskContext.get()
-        stats.add(
-            {context.partitionId() if context else -1: [len(frame), started, ended, ended - started, 1]}
-        )
+        pid = context.partitionId() if context else -1
+        task_start = started
+        if pid not in started_tasks:
+            started_tasks.add(pid)
+            task_start = min(started, clock.started)
+        stats.add({pid: [len(frame), task_start, ended, ended - started, 1]})
         return out
 
     return call
@@ -231,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--keys", type=int, default=2_000)
     parser.add_argument("--skew", type=float, default=1.1)
-    parser.add_argument("--entities", type=int, default=50, help="entities per key")
+    parser.add_argument("--entities", type=int, default=50, help="most entities a key has")
+    parser.add_argument(
+        "--rows-per-entity", type=int, default=1000, help="a key has one entity per this many rows (at least 2)"
+    )
     parser.add_argument("--minutes", type=int, default=60, help="time span of the rows")
     parser.add_argument("--partitions", type=int, default=16, help="the skew setting")
     parser.add_argument(
@@ -245,12 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         args.rows, args.keys = 200_000, 200
 
     data = args.data or Path(tempfile.gettempdir()) / (
-        f"rebalancer-bench-apply-{args.rows}-{args.keys}-{args.skew}-{args.entities}-{args.minutes}"
+        f"rebalancer-bench-apply-{args.rows}-{args.keys}-{args.skew}-{args.entities}-{args.rows_per_entity}"
+        f"-{args.minutes}"
     )
     if not (data.exists() and any(data.glob("*.parquet"))):
         log(f"generating {args.rows:,} rows over {args.keys} keys (Zipf s={args.skew}) into {data}")
         shutil.rmtree(data, ignore_errors=True)
-        generate_input(data, args.rows, args.keys, args.skew, args.entities, args.minutes)
+        generate_input(
+            data, args.rows, args.keys, args.skew, args.entities, args.minutes, args.rows_per_entity
+        )
     spark = build_session(master=args.master, app_name="rebalancer-bench-apply")
     # Equal task counts in every mode: AQE would coalesce the plain run's small shuffle partitions.
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")

@@ -166,6 +166,22 @@ def test_seconds_plan_uses_the_last_runs_rate_for_a_key_never_seen():
     assert sorted(plan.load) == [2.5, 3.75]
 
 
+def test_by_seconds_a_key_is_split_at_least_as_finely_as_by_rows():
+    # hot: 600 of 1,000 rows, but measured cheap (1 s of 10 s): by seconds alone it would stay whole.
+    counts = {("hot",): 600, **{(f"k{i}",): 50 for i in range(8)}}
+    buckets = {("hot",): {b: 100 for b in range(6)}}
+    measured = {("hot",): KeyCost(600, 1.0, 6), **{(f"k{i}",): KeyCost(50, 1.125, 1) for i in range(8)}}
+    by_rows = plan_keys(counts, buckets, 4, ["key"], cost="rows")
+    by_seconds = plan_keys(counts, buckets, 4, ["key"], cost="seconds", measured=measured)
+    # rows: a slot holds 250 rows, so hot goes into ceil(600 / 250) = 3 shards of 200 rows.
+    assert by_rows.split == by_seconds.split == [("hot",)]
+    hot_rows = sorted(rows for item, rows in by_seconds.item_rows.items() if item.key == ("hot",))
+    assert hot_rows == [200, 200, 200]
+    # Each shard is charged its share of the key's measured seconds.
+    assert sorted(w for item, w in by_seconds.weights.items() if item.key == ("hot",)) == pytest.approx([1 / 3] * 3)
+    assert sum(by_seconds.load) == pytest.approx(10.0)
+
+
 def test_the_store_survives_keys_of_every_json_unfriendly_type(tmp_path):
     import datetime as dt
     import decimal
@@ -187,7 +203,7 @@ class _Accumulated:
         self.value = value
 
 
-def test_a_tasks_wait_before_its_first_call_is_shared_by_the_rows_of_its_keys():
+def test_with_two_tasks_the_wait_before_the_first_call_is_charged_by_rows_at_the_overall_rate():
     counts = {("a",): 30, ("b",): 10, ("c",): 50}
     plan = plan_keys(counts, {}, 2, ["key"])
     index = sorted(plan.owner, key=lambda item: (plan.owner[item], plan.weights[item]))
@@ -201,10 +217,45 @@ def test_a_tasks_wait_before_its_first_call_is_shared_by_the_rows_of_its_keys():
         _index=index,
     )
     costs = result.key_costs()
-    # Slot 0 waited 2 s for its 40 rows: a brought 30 of them, b 10; c had slot 1's wait to itself.
-    assert costs[("a",)] == KeyCost(30, pytest.approx(0.1 + 1.5), 1)
-    assert costs[("b",)] == KeyCost(10, pytest.approx(0.1 + 0.5), 1)
-    assert costs[("c",)] == KeyCost(50, pytest.approx(0.1 + 0.5), 1)
+    # Two tasks are too few to tell a per-task part: 2.5 s of waits over 90 rows, charged by rows.
+    assert costs[("a",)] == KeyCost(30, pytest.approx(0.1 + 30 * 2.5 / 90), 1)
+    assert costs[("b",)] == KeyCost(10, pytest.approx(0.1 + 10 * 2.5 / 90), 1)
+    assert costs[("c",)] == KeyCost(50, pytest.approx(0.1 + 50 * 2.5 / 90), 1)
+
+
+def test_the_per_task_part_of_the_wait_is_charged_to_no_key():
+    # Four tasks, each waiting 0.5 s to start plus 1 ms per row: keys pay only the 1 ms per row.
+    counts = {("a",): 100, ("b",): 300, ("c",): 600, ("d",): 1000}
+    plan = plan_keys(counts, {}, 4, ["key"])
+    assert len(set(plan.owner.values())) == 4  # one key per task
+    index = sorted(plan.owner, key=lambda item: (plan.owner[item], plan.weights[item]))
+    result = BalancedApply(
+        frame=None,
+        plan=plan,
+        _items=_Accumulated({n: [counts[item.key], 0.2, 1] for n, item in enumerate(index)}),
+        _waits=_Accumulated({plan.owner[item]: [0.5 + 0.001 * counts[item.key]] for item in index}),
+        _index=index,
+    )
+    costs = result.key_costs()
+    for key, rows in counts.items():
+        assert costs[key] == KeyCost(rows, pytest.approx(0.2 + 0.001 * rows), 1)
+
+
+@pytest.mark.parametrize(
+    ("task_rows", "waits", "rate"),
+    [
+        ({0: 100, 1: 200, 2: 300}, {0: 1.1, 1: 1.2, 2: 1.3}, 0.001),  # fitted: 1 s per task + 1 ms per row
+        ({0: 100, 1: 200, 2: 300}, {0: 0.3, 1: 0.2, 2: 0.1}, 0.6 / 600),  # falling: all per row
+        ({0: 100, 1: 100, 2: 100}, {0: 0.1, 1: 0.2, 2: 0.3}, 0.6 / 300),  # rows alike: all per row
+        ({0: 100, 1: 200, 2: 300}, {0: 0.0, 1: 0.3, 2: 0.6}, 0.9 / 600),  # would start below zero
+        ({0: 100}, {0: 0.5, 1: 9.0}, 0.005),  # a task without rows is left out
+        ({}, {}, 0.0),
+    ],
+)
+def test_wait_per_row(task_rows, waits, rate):
+    from rebalancer.pipeline.apply import wait_per_row
+
+    assert wait_per_row(task_rows, waits) == pytest.approx(rate)
 
 
 def test_the_task_clock_restarts_when_a_task_unpickles_it(monkeypatch):

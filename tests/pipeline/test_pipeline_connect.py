@@ -135,24 +135,6 @@ def test_stats_columns_mark_a_call_that_returned_no_rows():
     assert (full["_stats_rows"] == 9).all()
 
 
-def test_stream_on_spark_connect_is_refused_in_one_line(tmp_path, capsys):
-    data = tmp_path / "in"
-    data.mkdir()
-    pd.DataFrame({"ts": ["2026-01-01T00:00:00Z"], "type": ["a"], "entity": ["e"], "value": [1.0]}).to_csv(
-        data / "x.csv", index=False
-    )
-    argv = ["pipeline", "run", "--stream", "--input", str(data), "--out", str(tmp_path / "out")]
-    assert main([*argv, "--remote", "sc://127.0.0.1:1"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.splitlines() == [
-        "rebalancer: error: stream: --stream needs a classic session (local[*], spark://…, yarn, k8s), "
-        "not Spark Connect, got sc://127.0.0.1:1"
-    ]
-    assert main([*argv, "--master", "sc://127.0.0.1:1"]) == 2
-    assert "not Spark Connect" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
-
-
 def test_remote_takes_only_a_connect_url(tmp_path, capsys):
     argv = ["pipeline", "run", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]
     assert main([*argv, "--remote", "spark://127.0.0.1:7077"]) == 2

@@ -59,15 +59,11 @@ def _read_lines(stream, lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-@pytest.mark.timeout(1200)  # a JVM's start and a first micro-batch, then the stop, on a loaded 2-core box
-def test_ctrl_c_stops_the_stream_prints_the_summary_and_exits_130(stream_input, tmp_path):
-    """SIGINT goes to the whole process group, as a terminal's Ctrl-C does (the JVM and Python workers too)."""
-    out = tmp_path / "out"
-    # A trigger every 2 s over one file per batch: the query is still running when the signal comes.
-    command = [*CLI, "pipeline", "run", "--stream", "--input", str(stream_input), "--out", str(out),
-               "--partitions", "2"]
+def interrupt_after_first_line(command: list[str], cwd: Path) -> tuple[int, str, str]:
+    """Run `command`, send SIGINT to its whole process group (as a terminal's Ctrl-C does: the JVM and
+    Python workers too) once it prints its first progress line; (exit code, stdout, stderr)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                            env=env, start_new_session=True)
     stdout: queue.Queue[str | None] = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(run.stdout, stdout), daemon=True)
@@ -93,15 +89,28 @@ def test_ctrl_c_stops_the_stream_prints_the_summary_and_exits_130(stream_input, 
         item = stdout.get()
         if item is not None:
             rest.append(item)
-    printed = "".join(seen + rest)
+    return returncode, "".join(seen + rest), stderr
+
+
+def assert_stopped_by_ctrl_c(returncode: int, printed: str, stderr: str, out: Path, files: int) -> None:
+    """Exit 130 with no traceback, the summary printed and written, and only whole batches counted."""
     assert returncode == 130, stderr + printed
     assert "Traceback" not in stderr and "Py4J" not in stderr, stderr
     assert "rebalancer pipeline" in printed and "micro-batches" in printed  # the summary table
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True
-    assert 1 <= summary["batches"] <= FILES
+    assert 1 <= summary["batches"] <= files
     assert f"stopped by Ctrl-C after {summary['batches']} micro-batches" in printed
     # Only whole batches are counted: the state agrees with the progress lines printed.
     batch_lines = [LINE.match(line) for line in printed.splitlines() if LINE.match(line)]
     assert len(batch_lines) == summary["batches"]
     assert sum(int(m.group(2).replace(",", "")) for m in batch_lines if m) == summary["ingested"]
+
+
+@pytest.mark.timeout(1200)  # a JVM's start and a first micro-batch, then the stop, on a loaded 2-core box
+def test_ctrl_c_stops_the_stream_prints_the_summary_and_exits_130(stream_input, tmp_path):
+    out = tmp_path / "out"
+    # A trigger every 2 s over one file per batch: the query is still running when the signal comes.
+    command = [*CLI, "pipeline", "run", "--stream", "--input", str(stream_input), "--out", str(out),
+               "--partitions", "2"]
+    assert_stopped_by_ctrl_c(*interrupt_after_first_line(command, tmp_path), out, FILES)

@@ -99,7 +99,8 @@ class ApplyPlan:
 
 @dataclass(frozen=True)
 class TaskStats:
-    """Per task (= slot): rows, seconds from its first call's start to its last call's end, calls.
+    """Per task (= slot): rows, seconds from its start to its last call's end, calls. A task starts
+    when its Python worker receives the function, so its seconds include reading and sorting its rows.
 
     Seconds are `own_clock` seconds: wall time less the time the task's Python worker waited for a
     CPU, so on an oversubscribed machine they show the task's work rather than its neighbours'.
@@ -366,19 +367,20 @@ class BalancedApply:
     def key_costs(self) -> dict[Key, KeyCost]:
         """Rows, seconds and calls per key measured by the action (empty before it ran).
 
-        A task's wait before its first call (reading and sorting its rows) is shared among the
-        items it ran by rows, so a key's seconds grow with the rows it brings to its task.
+        A task's wait before its first call is part per task (starting it: the same on every
+        slot, whatever it holds) and part per row (reading and sorting its rows). The per-row rate
+        is fitted across the tasks (`wait_per_row`), and each key is charged its rows at that rate.
         """
         measured = dict(self._items.value) if self._items is not None else {}
         task_rows: dict[int, float] = {}
         for index, (rows, _seconds, _calls) in measured.items():
             slot = self.plan.owner[self._index[index]]
             task_rows[slot] = task_rows.get(slot, 0) + rows
-        waits = dict(self._waits.value) if self._waits is not None else {}
+        waits = {slot: value[0] for slot, value in (self._waits.value if self._waits is not None else {}).items()}
+        rate = wait_per_row(task_rows, waits)
         totals: dict[Key, list[float]] = {}
         for index, (rows, seconds, calls) in measured.items():
-            slot = self.plan.owner[self._index[index]]
-            share = waits.get(slot, [0.0])[0] * rows / task_rows[slot] if task_rows[slot] else 0.0
+            share = rate * rows
             total = totals.setdefault(self._index[index].key, [0, 0.0, 0])
             total[0] += rows
             total[1] += seconds + share
@@ -399,6 +401,33 @@ class BalancedApply:
         costs = self.key_costs()
         if costs:
             self._store.save_measurements(self.plan.key_columns, costs)
+
+
+def wait_per_row(task_rows: Mapping[int, float], waits: Mapping[int, float]) -> float:
+    """Seconds of a task's wait before its first call per row it holds: the slope of a least-squares
+    line through (rows, wait) over the tasks, whose intercept is the per-task part.
+
+    With fewer than three tasks, or rows too alike to fit a slope, or a slope below zero, the wait is
+    taken as all per row: the tasks' waits over their rows.
+    """
+    points = [(float(task_rows[slot]), float(wait)) for slot, wait in waits.items() if task_rows.get(slot)]
+    if not points:
+        return 0.0
+    total_rows = sum(rows for rows, _ in points)
+    through_origin = sum(wait for _, wait in points) / total_rows
+    if len(points) < 3:
+        return through_origin
+    mean_rows = total_rows / len(points)
+    mean_wait = sum(wait for _, wait in points) / len(points)
+    spread = sum((rows - mean_rows) ** 2 for rows, _ in points)
+    if spread <= 1e-9 * mean_rows * mean_rows * len(points):
+        return through_origin
+    slope = sum((rows - mean_rows) * (wait - mean_wait) for rows, wait in points) / spread
+    if slope < 0:
+        return through_origin
+    if mean_wait - slope * mean_rows < 0:  # no per-task part: the line must not start below zero
+        return through_origin
+    return slope
 
 
 # --- planning -----------------------------------------------------------------------------------
@@ -431,11 +460,17 @@ def plan_keys(
     """The plan for keys with `counts` rows; a key in `bucket_counts` may be split by those buckets.
 
     A key whose weight exceeds total/partitions is split (if it has bucket counts) into
-    ceil(weight / bound) shards, its buckets packed into them by rows.
+    ceil(weight / bound) shards, its buckets packed into them by rows. By seconds, a key is also
+    split at least as finely as by rows: its seconds were measured on shards of at most a slot's
+    rows, and a per-key cost grows faster than its rows (sorts, windows), so larger shards would
+    cost more than their share of the measurement.
     """
     weights = _key_weights(counts, cost, measured or {})
     total = sum(weights.values())
     bound = total / partitions if partitions else total
+    total_rows = sum(counts.values())
+    row_bound = total_rows / partitions if partitions else total_rows
+    by_seconds = cost != "rows" and bool(measured)
     items: dict[ApplyItem, float] = {}
     item_rows: dict[ApplyItem, int] = {}
     split: list[Key] = []
@@ -443,8 +478,11 @@ def plan_keys(
     for key, rows in counts.items():
         weight = weights[key]
         buckets = bucket_counts.get(key)
-        if partitions > 1 and buckets and weight > bound and len(buckets) > 1:
-            mapping, shard_rows = pack_shards(buckets, math.ceil(weight / bound))
+        shards = math.ceil(weight / bound) if bound else 1
+        if by_seconds and row_bound:
+            shards = max(shards, math.ceil(rows / row_bound))
+        if partitions > 1 and buckets and shards > 1 and len(buckets) > 1:
+            mapping, shard_rows = pack_shards(buckets, shards)
             split.append(key)
             shard_of[key] = mapping
             for shard, part in enumerate(shard_rows):
@@ -653,13 +691,16 @@ def _make_call(
             ) from exc
         own_end = own_clock()
         since = last_end.get(pid)
+        task_start = own_start
         if since is None:
             since = own_start
+            # The task's time runs from its start (reading and sorting its rows), not its first call.
+            task_start = min(own_start, clock.started)
             if waits is not None:
-                waits.add({pid: [max(0.0, own_start - clock.started)]})
+                waits.add({pid: [own_start - task_start]})
         last_end[pid] = own_end
         if tasks is not None:
-            tasks.add({pid: [len(frame), own_start, own_end, own_end - own_start, 1]})
+            tasks.add({pid: [len(frame), task_start, own_end, own_end - own_start, 1]})
         if items is not None and item >= 0:
             items.add({item: [len(frame), max(0.0, own_end - since), 1]})
         if combine_group is not None:

@@ -367,15 +367,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rebalancer.pipeline.ingest import check_output, inspect_input, parse_columns
-    from rebalancer.pipeline.session import STREAM_ON_CONNECT, is_connect_url
 
     if args.partitions is not None and args.partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {args.partitions}")
     if args.rebalance_every < 1:
         raise ValueError(f"rebalance-every must be >= 1, got {args.rebalance_every}")
     master = session_master(args.master, getattr(args, "remote", None))
-    if args.stream and is_connect_url(master):
-        raise ValueError(f"stream: {STREAM_ON_CONNECT}, got {master}")
     handlers = None
     if args.handlers is not None:
         from rebalancer.pipeline.framework import load_handlers

@@ -78,8 +78,6 @@ def build_session(
 CONNECT_SCHEME = "sc://"
 # pyspark[connect]'s client needs these; the 'spark' extra installs them.
 CONNECT_CLIENT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
-# foreachBatch runs on the server there, so the rebalancer's state would not live in this process.
-STREAM_ON_CONNECT = "--stream needs a classic session (local[*], spark://…, yarn, k8s), not Spark Connect"
 
 
 def is_connect_url(master: str | None) -> bool:

@@ -6,11 +6,16 @@ overwritten on a retry, so at-least-once `foreachBatch` still gives exactly one 
 The rebalancer's state (slot map, counters, the last batch applied) lives in
 `CHECKPOINT/rebalancer/state.json` and is written only after a batch's outputs, so a batch
 replayed after a crash rewrites its outputs but is counted once.
+
+On Spark Connect, foreachBatch runs the same `BatchProcessor` in a Python worker of the server's
+driver; this process learns what it applied from the state file (see `_ConnectProgress`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import json
 import logging
 import signal
@@ -36,7 +41,7 @@ from rebalancer.pipeline.ingest import (
     read_stream,
 )
 from rebalancer.pipeline.paths import OutputPath, local_path, output_path
-from rebalancer.pipeline.session import STREAM_ON_CONNECT, is_connect, pipeline_conf
+from rebalancer.pipeline.session import is_connect, pipeline_conf
 from rebalancer.pipeline.slots import (
     WHOLE,
     SlotPlan,
@@ -119,6 +124,9 @@ class InjectedCrash(RuntimeError):
 
 # 2: items are (type, shard) records and bucket counts (type, bucket, rows) lists, never "type#n" strings.
 STATE_VERSION = 2
+# The state keeps the progress of this many latest batches, for a client that prints them from there
+# (Spark Connect, where foreachBatch runs on the server); older ones are dropped.
+PROGRESS_KEPT = 100
 
 
 def _empty_state(partitions: int) -> dict[str, Any]:
@@ -147,6 +155,7 @@ class StreamState:
 
     def __init__(self, path: OutputPath, partitions: int) -> None:
         self.path = path
+        self.partitions = partitions
         try:
             self.data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -164,6 +173,11 @@ class StreamState:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_json(self.path, self.data)
+
+    def __reduce__(self) -> tuple[type[StreamState], tuple[OutputPath, int]]:
+        """Unpickled (in Spark Connect's foreachBatch worker) by reading the file again: a worker
+        started afresh mid-query continues from what was saved, not from what the client once read."""
+        return type(self), (self.path, self.partitions)
 
 
 class BatchProcessor:
@@ -191,6 +205,18 @@ class BatchProcessor:
         self.checkpoint = checkpoint
         self.processed = 0
         self.stop_requested = False
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark Connect pickles the processor for its server-side worker: the lock is made again
+        there, and `on_batch` stays in the client (which prints progress from the state file)."""
+        fields = dict(self.__dict__)
+        del fields["lock"]
+        fields.pop("on_batch", None)
+        return fields
+
+    def __setstate__(self, fields: dict[str, Any]) -> None:
+        self.__dict__.update(fields)
         self.lock = threading.Lock()
 
     def current_plan(
@@ -258,9 +284,10 @@ class BatchProcessor:
             except BaseException:
                 self.state.data = snapshot
                 raise
+            progress = _progress(snapshot, self.state.data, batch_id, time.perf_counter() - started)
+            _keep_progress(self.state.data, progress)
             self.state.save()
             self.processed += 1
-            progress = _progress(snapshot, self.state.data, batch_id, time.perf_counter() - started)
             log.info("%s", progress.line())
             if self.on_batch is not None:
                 self.on_batch(progress)
@@ -409,6 +436,12 @@ def _progress(before: dict[str, Any], after: dict[str, Any], batch_id: int, seco
     )
 
 
+def _keep_progress(data: dict[str, Any], progress: BatchProgress) -> None:
+    """The batch's progress line in the state, numbered by the batches applied so far."""
+    kept = [*data.get("progress", []), {"batches": data["batches"], **dataclasses.asdict(progress)}]
+    data["progress"] = kept[-PROGRESS_KEPT:]
+
+
 def _plan_from_state(data: dict[str, Any], partitions: int) -> SlotPlan:
     zeros = [0] * partitions
     return SlotPlan(
@@ -482,11 +515,12 @@ def run_stream(
     plan.json go to `report_dir` if given.
 
     With `sink`, each micro-batch is also written to PostgreSQL exactly once (`rebalancer.pipeline.sinks`).
+
+    On Spark Connect the batches are applied by the server's foreachBatch worker, which must import
+    rebalancer; `on_batch` is then called on the client's listener thread, from the state file.
     """
 
     config.validate()
-    if is_connect(spark):
-        raise ValueError(f"stream: {STREAM_ON_CONNECT}")
     if spec.files and not spec.is_directory():  # a Kafka topic has no files
         raise ValueError(f"streaming needs an input directory, got a file: {input_name(spec)}")
     target = output_path(out, spark)
@@ -526,7 +560,9 @@ def _run_stream(
     processor = BatchProcessor(
         out, config, state, sink=sink, checkpoint=checkpoint, handlers=handlers, cost=cost
     )
-    processor.on_batch = on_batch
+    # On Spark Connect the processor runs in a server-side worker: progress comes from its state file.
+    connect = _ConnectProgress(state, on_batch) if is_connect(spark) else None
+    processor.on_batch = on_batch if connect is None else None
     started = time.perf_counter()
     writer = (
         stream_reader(spark, spec, config.files_per_batch)
@@ -541,7 +577,16 @@ def _run_stream(
     quiet = _QuietStop(spark) if config.max_batches is not None else None
     if quiet:
         quiet.__enter__()
-    query = writer.start()
+    if connect is not None:
+        spark.streams.addListener(connect.listener)
+    try:
+        query = writer.start()
+    except BaseException as exc:
+        if connect is not None:
+            spark.streams.removeListener(connect.listener)
+            if MISSING_ON_SERVER in str(exc):  # the worker failed to unpickle the processor
+                raise ValueError(f"stream: {NOT_ON_CONNECT_SERVER}") from None
+        raise
     waiter = _QueryWaiter(query)
     interrupted = False
     try:
@@ -555,19 +600,107 @@ def _run_stream(
                 waiter.ended.wait()
         elif waiter.failure is not None:
             raise waiter.failure
-    except StreamingQueryException:
-        if not processor.stop_requested:
+    except StreamingQueryException as exc:
+        # On Connect the processor's stop_requested lives in the server's worker: its error text tells.
+        if not (processor.stop_requested or (connect is not None and stopped_after_batches(exc))):
             raise
     finally:
-        if query.isActive:
-            query.stop()
-        if quiet:
-            quiet.__exit__(None, None, None)
-    with processor.lock:  # the callback thread is done with the state once the query has stopped
-        data = copy.deepcopy(state.data)
+        try:
+            if query.isActive:
+                query.stop()
+        finally:
+            if quiet:
+                quiet.__exit__(None, None, None)
+            if connect is not None:
+                spark.streams.removeListener(connect.listener)  # its thread would keep the process alive
+    if connect is not None:
+        data = connect.flush()  # the lines of batches whose events had not arrived, then the state
+    else:
+        with processor.lock:  # the callback thread is done with the state once the query has stopped
+            data = copy.deepcopy(state.data)
     return write_stream_summary(
         out, spec, config, data, time.perf_counter() - started, reports, interrupted=interrupted
     )
+
+
+# foreachBatch on Spark Connect unpickles the processor in the server driver's Python, which
+# `--ship` (an artifact: executors only) does not reach.
+MISSING_ON_SERVER = "No module named 'rebalancer'"
+NOT_ON_CONNECT_SERVER = (
+    "the Spark Connect server's Python cannot import rebalancer: a stream's foreachBatch runs there, "
+    "and --ship reaches only the executors; install rebalancer where the server runs"
+)
+
+
+def stopped_after_batches(error: BaseException) -> bool:
+    """A query failure that is `StopAfterBatches` raised in Spark Connect's foreachBatch worker: the
+    client sees only the worker's traceback text, where the class appears by its qualified name."""
+    return f"{StopAfterBatches.__module__}.{StopAfterBatches.__qualname__}:" in str(error)
+
+
+class _ConnectProgress:
+    """Progress lines of a Spark Connect stream, in the client: foreachBatch runs in the server's
+    worker, whose state file (saved before each batch commits) lists every applied batch's progress.
+    Each query progress event (on the client's listener thread) prints the batches not printed yet;
+    `flush` does the same once the query has ended, for events that never came."""
+
+    def __init__(self, state: StreamState, on_batch: Callable[[BatchProgress], None] | None) -> None:
+        self.path = state.path
+        self.partitions = state.partitions
+        self.on_batch = on_batch
+        self.printed_batches = int(state.data["batches"])  # applied before this run
+        self.lock = threading.Lock()
+        self.listener = _progress_listener_class()(self)
+
+    def on_progress_event(self) -> None:
+        try:
+            self.flush()
+        except (OSError, ValueError):  # the run's end flushes again, and reports a bad state there
+            log.debug("could not read the stream state for progress", exc_info=True)
+
+    def flush(self) -> dict[str, Any]:
+        """Calls `on_batch` for each batch applied since the last call; returns the state read."""
+        with self.lock:
+            data = StreamState(self.path, self.partitions).data
+            for record in data.get("progress", []):
+                record = dict(record)
+                batches = int(record.pop("batches"))
+                if batches <= self.printed_batches:
+                    continue
+                if batches > self.printed_batches + 1:
+                    log.warning(
+                        "%d micro-batches were applied without a progress line (the state keeps the last %d)",
+                        batches - self.printed_batches - 1,
+                        PROGRESS_KEPT,
+                    )
+                self.printed_batches = batches
+                if self.on_batch is not None:
+                    self.on_batch(BatchProgress(**record))
+            return data
+
+
+@functools.cache
+def _progress_listener_class() -> type[Any]:
+    """A StreamingQueryListener (pyspark is optional: imported on first use) calling `_ConnectProgress`."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressListener(StreamingQueryListener):
+        def __init__(self, progress: _ConnectProgress) -> None:
+            self.progress = progress
+
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            self.progress.on_progress_event()
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return ProgressListener
 
 
 class _QueryWaiter:
