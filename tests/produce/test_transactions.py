@@ -247,7 +247,9 @@ def test_fenced_producer_fails_every_pending_future_and_refuses_sends(cluster: M
         if api_key == PRODUCE:
             await p.send(topic, b"first", partition=0)
             await p.flush()  # partition 0 added and sent: the fence now answers a Produce
-        cluster.push_request_errors(api_key, [INVALID_PRODUCER_EPOCH] * 3)  # every broker's next request
+        # A fenced producer's every later request is refused, on every broker. However many requests
+        # the sender splits the batches into (it varies with timing), each one gets the error.
+        cluster.push_request_errors(api_key, [INVALID_PRODUCER_EPOCH] * 1000)
         futures = [await p.send(topic, b"x", partition=i % 12) for i in range(240)]
         with pytest.raises(ProducerFenced):
             await p.commit_transaction()
@@ -259,8 +261,10 @@ def test_fenced_producer_fails_every_pending_future_and_refuses_sends(cluster: M
         await p.stop()
         return futures, stats
 
-    futures, stats = run(main())
-    cluster.clear_request_errors(api_key)
+    try:
+        futures, stats = run(main())
+    finally:
+        cluster.clear_request_errors(api_key)
     assert all(f.done() for f in futures)
     assert all(isinstance(f.exception(), ProducerFenced) for f in futures)  # none acked after the fence
     assert stats["errors"]["ProducerFenced"] == 240
