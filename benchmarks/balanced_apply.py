@@ -137,7 +137,6 @@ def timed(func: Callable[[pd.DataFrame], pd.DataFrame], stats: Any) -> Callable[
     from pyspark import TaskContext
 
     clock = TaskClock()
-    started_tasks: set[int] = set()
 
     def call(frame: pd.DataFrame) -> pd.DataFrame:
         started = own_clock()
@@ -145,11 +144,8 @@ def timed(func: Callable[[pd.DataFrame], pd.DataFrame], stats: Any) -> Callable[
         ended = own_clock()
         context = TaskContext.get()
         pid = context.partitionId() if context else -1
-        task_start = started
-        if pid not in started_tasks:
-            started_tasks.add(pid)
-            task_start = min(started, clock.started)
-        stats.add({pid: [len(frame), task_start, ended, ended - started, 1]})
+        begun = clock.begin(pid, started)
+        stats.add({pid: [len(frame), started if begun is None else begun, ended, ended - started, 1]})
         return out
 
     return call

@@ -271,6 +271,17 @@ def test_the_task_clock_restarts_when_a_task_unpickles_it(monkeypatch):
     assert pickle.loads(pickle.dumps(clock)).started == 250.0
 
 
+def test_a_task_begins_once_at_the_clocks_start(monkeypatch):
+    from rebalancer.pipeline import apply
+
+    monkeypatch.setattr(apply, "own_clock", lambda: 100.0)
+    clock = apply.TaskClock()
+    assert clock.begin(3, 104.5) == 100.0  # task 3's first call: its time runs from 100
+    assert clock.begin(3, 107.0) is None  # a later call of the same task
+    assert clock.begin(4, 99.0) == 99.0  # never before the call itself
+    assert cloudpickle.loads(cloudpickle.dumps(clock)).begin(3, 200.0) == 100.0  # a new task: afresh
+
+
 def test_the_own_clock_stops_while_the_thread_waits_for_a_cpu(monkeypatch, tmp_path):
     from rebalancer.pipeline import apply
 

@@ -324,9 +324,18 @@ class TaskClock:
 
     def __init__(self) -> None:
         self.started = own_clock()
+        self._begun: set[int] = set()
 
     def __reduce__(self) -> tuple[Callable[[], TaskClock], tuple[()]]:
         return TaskClock, ()
+
+    def begin(self, task: int, call_start: float) -> float | None:
+        """The task's start if this call (starting at `call_start`) is the task's first, else None:
+        a task's time runs from its start (reading and sorting its rows), not from its first call."""
+        if task in self._begun:
+            return None
+        self._begun.add(task)
+        return min(call_start, self.started)
 
 
 # --- the result ---------------------------------------------------------------------------------
@@ -690,15 +699,12 @@ def _make_call(
                 f"balanced_apply: func failed on key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
         own_end = own_clock()
-        since = last_end.get(pid)
-        task_start = own_start
-        if since is None:
-            since = own_start
-            # The task's time runs from its start (reading and sorting its rows), not its first call.
-            task_start = min(own_start, clock.started)
-            if waits is not None:
-                waits.add({pid: [own_start - task_start]})
+        since = last_end.get(pid, own_start)
         last_end[pid] = own_end
+        begun = clock.begin(pid, own_start)
+        task_start = own_start if begun is None else begun
+        if begun is not None and waits is not None:
+            waits.add({pid: [own_start - begun]})
         if tasks is not None:
             tasks.add({pid: [len(frame), task_start, own_end, own_end - own_start, 1]})
         if items is not None and item >= 0:
