@@ -114,3 +114,65 @@ def test_ctrl_c_stops_the_stream_prints_the_summary_and_exits_130(stream_input, 
     command = [*CLI, "pipeline", "run", "--stream", "--input", str(stream_input), "--out", str(out),
                "--partitions", "2"]
     assert_stopped_by_ctrl_c(*interrupt_after_first_line(command, tmp_path), out, FILES)
+
+
+class _QueryUntilStopped:
+    """A streaming query that runs until `stop()`."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+
+    def awaitTermination(self) -> None:
+        self.stopped.wait()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def _asleep_in_the_wait(thread: threading.Thread) -> bool:
+    """`thread` is inside `_QueryWaiter.wait` and asleep in the kernel (Linux's /proc task state)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    return "wait" in names and stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread states from Linux's /proc")
+def test_ctrl_c_ends_the_wait_whichever_thread_the_kernel_hands_it_to():
+    """The kernel may deliver SIGINT to any thread (on Spark Connect, often one of gRPC's). A signal
+    taken by another thread does not wake a thread asleep on a lock: the main thread's wait must
+    still end at once, and report the interrupt, rather than sleep until the query ends."""
+    from rebalancer.pipeline.stream import _QueryWaiter
+
+    handler_before = signal.getsignal(signal.SIGINT)
+    wakeup_before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup_before)
+    query = _QueryUntilStopped()
+    returned = threading.Event()
+
+    def interrupt_from_another_thread() -> None:
+        # Once the main thread sleeps in its wait, only a wake-up reaches it (not the eval loop).
+        for _ in range(12_000):  # at most 60 s
+            if _asleep_in_the_wait(threading.main_thread()):
+                break
+            returned.wait(0.005)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # taken by this thread, not main
+        if not returned.wait(60):  # the bug: the main thread sleeps on; end the test instead
+            query.stop()
+
+    waiter = _QueryWaiter(query)
+    threading.Thread(target=interrupt_from_another_thread, daemon=True).start()
+    try:
+        interrupted = waiter.wait()
+        woken_by_the_query_end = query.stopped.is_set()
+    finally:
+        returned.set()
+        query.stop()
+    assert interrupted is True and not woken_by_the_query_end
+    assert waiter.ended.wait(60)  # the watcher ends once the query stops; then the pipe can go
+    waiter.close()
+    assert signal.getsignal(signal.SIGINT) is handler_before
+    assert signal.set_wakeup_fd(wakeup_before) == wakeup_before  # the wakeup fd was given back

@@ -18,6 +18,8 @@ import dataclasses
 import functools
 import json
 import logging
+import os
+import select
 import signal
 import threading
 import time
@@ -613,6 +615,7 @@ def _run_stream(
                 quiet.__exit__(None, None, None)
             if connect is not None:
                 spark.streams.removeListener(connect.listener)  # its thread would keep the process alive
+            waiter.close()
     if connect is not None:
         data = connect.flush()  # the lines of batches whose events had not arrived, then the state
     else:
@@ -708,13 +711,20 @@ class _QueryWaiter:
 
     A SIGINT during a Py4J call leaves that call's connection mid-answer, and pyspark's own SIGINT
     handler makes a Py4J call from inside the handler: either can end in a Py4J traceback. Here the
-    main thread waits on an Event, and Ctrl-C only raises KeyboardInterrupt out of that wait.
+    main thread waits on a pipe, and Ctrl-C only raises KeyboardInterrupt out of that wait.
+
+    The pipe is also the signal wakeup fd. The kernel may hand SIGINT to any thread (gRPC's native
+    threads, on Spark Connect), and a lock wait in the main thread is only cut short by a signal
+    that thread itself receives; Python's handler writes to the wakeup fd whichever thread took it.
     """
 
     def __init__(self, query: Any) -> None:
         self.query = query
         self.ended = threading.Event()
         self.failure: BaseException | None = None
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
         threading.Thread(target=self._watch, name="stream-query-wait", daemon=True).start()
 
     def _watch(self) -> None:
@@ -723,16 +733,45 @@ class _QueryWaiter:
         except BaseException as exc:  # handed to the main thread, which decides
             self.failure = exc
         finally:
+            self._wake()  # before `ended`: once it is set, nothing writes to the pipe again
             self.ended.set()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._write_fd, b"\0")
+        except BlockingIOError:  # full: the reader has a wake-up pending already
+            pass
 
     def wait(self) -> bool:
         """True if Ctrl-C came before the query ended."""
+        if threading.current_thread() is not threading.main_thread():
+            self.ended.wait()
+            return False
+        previous = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         try:
             with _sigint(signal.default_int_handler):
-                self.ended.wait()
+                while not self.ended.is_set():
+                    select.select([self._read_fd], [], [])
+                    self._drain()
         except KeyboardInterrupt:
             return True
+        finally:
+            signal.set_wakeup_fd(previous)
         return False
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._read_fd, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        """Closes the pipe once the watcher is done with it (else leaves it: two descriptors)."""
+        if self.ended.is_set() and self._read_fd >= 0:
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+            self._read_fd = self._write_fd = -1
 
 
 @contextmanager
