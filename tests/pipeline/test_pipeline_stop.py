@@ -176,3 +176,37 @@ def test_ctrl_c_ends_the_wait_whichever_thread_the_kernel_hands_it_to():
     waiter.close()
     assert signal.getsignal(signal.SIGINT) is handler_before
     assert signal.set_wakeup_fd(wakeup_before) == wakeup_before  # the wakeup fd was given back
+
+
+class _QueryThatEnds:
+    """A streaming query that has ended by the time anyone waits for it."""
+
+    def awaitTermination(self) -> None:
+        return None
+
+
+def test_a_query_that_ends_always_ends_the_wait():
+    """The watcher's wake-up byte must never be read before its `ended` is set, or the main thread
+    would go back to sleep with no byte to come. Many waits on queries ending at once, each with a
+    guard that wakes a stuck wait (and counts it) after 60 s."""
+    from rebalancer.pipeline.stream import _QueryWaiter
+
+    stuck = 0
+    for _ in range(300):
+        waiter = _QueryWaiter(_QueryThatEnds())
+        returned = threading.Event()
+
+        def guard(waiter: _QueryWaiter = waiter, returned: threading.Event = returned) -> None:
+            nonlocal stuck
+            if not returned.wait(60):
+                stuck += 1
+                os.write(waiter._write_fd, b"\0")
+
+        watch = threading.Thread(target=guard, daemon=True)
+        watch.start()
+        interrupted = waiter.wait()
+        returned.set()
+        watch.join()
+        assert interrupted is False and waiter.failure is None
+        waiter.close()
+    assert stuck == 0

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rebalancer.pipeline.generate import GenerateConfig, make_frame, type_weights
+from rebalancer.pipeline.generate import GenerateConfig, make_frame, type_weights, write_frame
 from rebalancer.pipeline.handler import aggregate
 from rebalancer.pipeline.slots import Item, make_plan, murmur3_int, partition_keys, plan_items
 
@@ -116,3 +116,15 @@ def test_generator_is_zipf_skewed_and_validates():
     assert shares.iloc[0] == pytest.approx(type_weights(50, 1.1)[0], abs=0.02)
     with pytest.raises(ValueError, match="bad_rate must be in \\[0, 1\\], got 2"):
         GenerateConfig(bad_rate=2).validate()
+
+
+def test_write_frame_takes_a_str_path_and_names_a_bad_format_or_file_count(tmp_path):
+    frame = make_frame(GenerateConfig(events=30, seed=3))
+    paths = write_frame(frame, str(tmp_path / "in"), "csv", 3)
+    assert [p.name for p in paths] == ["part-00000.csv", "part-00001.csv", "part-00002.csv"]
+    assert sum(len(pd.read_csv(p)) for p in paths) == 30
+    assert not list((tmp_path / "in").glob(".*.tmp"))
+    with pytest.raises(ValueError, match="fmt must be one of parquet, csv, jsonl, got 'xlsx'"):
+        write_frame(frame, tmp_path / "x", "xlsx", 1)
+    with pytest.raises(ValueError, match="files must be at least 1, got 0"):
+        write_frame(frame, tmp_path / "x", "csv", 0)

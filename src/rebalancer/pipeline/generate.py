@@ -116,10 +116,15 @@ def make_frame(config: GenerateConfig) -> pd.DataFrame:
     return frame
 
 
-def write_frame(frame: pd.DataFrame, out: Path, fmt: str, files: int) -> list[Path]:
+def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str, files: int) -> list[Path]:
     """Split into `files` time-ordered files, so a streaming run sees them as successive batches."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if files < 1:
+        raise ValueError(f"files must be at least 1, got {files}")
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ext = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}[fmt]
+    ext = fmt
     paths = []
     for index, chunk in enumerate(np.array_split(np.arange(len(frame)), files)):
         part = frame.iloc[chunk] if len(frame) else frame

@@ -725,7 +725,8 @@ class _QueryWaiter:
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
-        threading.Thread(target=self._watch, name="stream-query-wait", daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch, name="stream-query-wait", daemon=True)
+        self._watcher.start()
 
     def _watch(self) -> None:
         try:
@@ -733,8 +734,8 @@ class _QueryWaiter:
         except BaseException as exc:  # handed to the main thread, which decides
             self.failure = exc
         finally:
-            self._wake()  # before `ended`: once it is set, nothing writes to the pipe again
-            self.ended.set()
+            self.ended.set()  # before the byte: a reader woken by it must find `ended` set
+            self._wake()
 
     def _wake(self) -> None:
         try:
@@ -769,6 +770,7 @@ class _QueryWaiter:
     def close(self) -> None:
         """Closes the pipe once the watcher is done with it (else leaves it: two descriptors)."""
         if self.ended.is_set() and self._read_fd >= 0:
+            self._watcher.join()  # past `ended` it only writes its byte, then returns
             os.close(self._read_fd)
             os.close(self._write_fd)
             self._read_fd = self._write_fd = -1
