@@ -65,16 +65,16 @@ def test_batch_run_puts_the_parquet_rows_in_postgres_and_a_rerun_changes_nothing
 
     n_metrics, n_bad = len(parquet), sum(EXPECTED_REASONS.values())
     assert summary["sink"]["tables"] == {
-        "metrics": {"rows": n_metrics, "changed": n_metrics},
-        "quarantine": {"rows": n_bad, "changed": n_bad},
+        "metrics": {"rows": n_metrics, "changed": n_metrics, "direct": n_metrics, "refused": 0},
+        "quarantine": {"rows": n_bad, "changed": n_bad, "direct": n_bad, "refused": 0},
     }
     assert summary["sink"]["url"] == postgres.display_url and summary["sink"]["seconds"] > 0
     assert postgres._password not in (out / "summary.json").read_text()
 
     again = run_batch(spark, spec, out, partitions=2, report=False, sink=sink)
     assert again["sink"]["tables"] == {
-        "metrics": {"rows": n_metrics, "changed": 0},
-        "quarantine": {"rows": n_bad, "changed": 0},
+        "metrics": {"rows": n_metrics, "changed": 0, "direct": 0, "refused": 0},
+        "quarantine": {"rows": n_bad, "changed": 0, "direct": 0, "refused": 0},
     }
     pd.testing.assert_frame_equal(_db_metrics(pg_connect, pg_schema, ["type", "entity", "minute"]), database)
     assert len(_query(pg_connect, f"SELECT row_key FROM {pg_schema}.quarantine")) == n_bad

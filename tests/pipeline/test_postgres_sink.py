@@ -293,3 +293,18 @@ def test_every_storable_spark_type_round_trips_through_binary_copy(spark, postgr
     assert second[6:] == (False, Decimal("0.001"), dt.date(2026, 2, 28),
                           dt.datetime(1970, 1, 1, tzinfo=dt.UTC), dt.datetime(1900, 1, 1))
     assert got["nulls"] == (None,) * 11
+
+
+def test_the_summary_counts_direct_rows_and_refused_tasks_per_table_on_top_of_saved_totals():
+    from rebalancer.pipeline.sinks.outputs import _add
+    from rebalancer.pipeline.sinks.postgres import TableWrite
+
+    # A stream's totals as a state saved before `direct` and `refused` were counted.
+    section = {"tables": {"metrics": {"rows": 10, "changed": 10}}, "seconds": 1.0}
+    _add(section, [TableWrite("metrics", rows=7, changed=5, tasks=2, seconds=0.5, direct=3, refused=1),
+                   TableWrite("quarantine", rows=2, changed=2, tasks=1, seconds=0.1, direct=2)], 0.75)
+    assert section["tables"] == {
+        "metrics": {"rows": 17, "changed": 15, "direct": 3, "refused": 1},
+        "quarantine": {"rows": 2, "changed": 2, "direct": 2, "refused": 0},
+    }
+    assert section["seconds"] == 1.75

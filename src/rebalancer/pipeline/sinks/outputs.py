@@ -110,9 +110,11 @@ def _section(sink: PostgresSink) -> dict[str, Any]:
 
 def _add(section: dict[str, Any], writes: list[TableWrite], seconds: float) -> None:
     for write in writes:
-        table = section["tables"].setdefault(write.table, {"rows": 0, "changed": 0})
-        table["rows"] += write.rows
-        table["changed"] += write.changed
+        table = section["tables"].setdefault(write.table, {})
+        # .get: a stream's totals may come from a state saved before a count was added
+        for name, value in (("rows", write.rows), ("changed", write.changed), ("direct", write.direct),
+                            ("refused", write.refused)):
+            table[name] = table.get(name, 0) + value
     section["seconds"] = round(section["seconds"] + seconds, 3)
 
 
