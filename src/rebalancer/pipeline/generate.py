@@ -124,11 +124,10 @@ def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str, files: int) -> l
         raise ValueError(f"files must be at least 1, got {files}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ext = fmt
     paths = []
     for index, chunk in enumerate(np.array_split(np.arange(len(frame)), files)):
         part = frame.iloc[chunk] if len(frame) else frame
-        path = out / f"part-{index:05d}.{ext}"
+        path = out / f"part-{index:05d}.{fmt}"
         tmp = out / f".{path.name}.tmp"
         if fmt == "parquet":
             part.to_parquet(tmp, index=False)
