@@ -80,3 +80,18 @@ def test_generate_then_run_end_to_end(spark, tmp_path, capsys):
         assert (out / name).exists(), name
     assert pd.read_parquet(out / "metrics")["count"].sum() == summary["accepted"]
     assert not spark.sparkContext._jsc.sc().isStopped()  # the CLI left the shared session alone
+
+
+@pytest.mark.spark
+def test_paths_that_look_like_rich_markup_are_printed_as_written(spark, tmp_path, capsys, monkeypatch):
+    """`[bold]` in a directory name is a name, not a style; `[/x]` would make rich raise MarkupError."""
+    monkeypatch.setenv("COLUMNS", "400")  # one line per path: nothing wraps in the table
+    data = tmp_path / "in [bold] put"
+    assert main(["pipeline", "generate", "--out", str(data), "--events", "400", "--types", "5",
+                 "--entities", "3", "--format", "jsonl", "--minutes", "1", "--seed", "2"]) == 0
+    assert f"files to {data}\n" in capsys.readouterr().out
+    out = tmp_path / "out [red]x[/red] [/x]"
+    assert main(["pipeline", "run", "--input", str(data), "--output", str(out), "--partitions", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert str(data) in printed
+    assert f"{out}/metrics/" in printed and f"{out}/summary.json" in printed

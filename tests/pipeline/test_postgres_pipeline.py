@@ -122,3 +122,27 @@ def _query_id(out) -> str:
     from rebalancer.pipeline.sinks.outputs import stream_query_id
 
     return stream_query_id(out / "_checkpoint")
+
+
+def test_stream_with_a_remote_checkpoint_reads_its_query_id_through_hadoop(
+    spark, postgres, pg_schema, pg_connect, tmp_path, monkeypatch
+):
+    """With `file:` counted as remote, the output and checkpoint are only reachable through Hadoop:
+    the sink finds Spark's query id there (a local read of the URI would fail every batch)."""
+    from rebalancer.pipeline import paths
+
+    monkeypatch.setattr(paths, "LOCAL_SCHEMES", frozenset())
+    good = good_frame(events=600, seed=4)
+    input_dir = tmp_path / "input"
+    write_frame(good, input_dir, "parquet", 2)
+    out = tmp_path / "out"
+    sink = open_sink(postgres.url, pg_schema)
+    summary = run_stream(
+        spark, inspect_input(input_dir), f"file://{out}", StreamConfig(partitions=2, available_now=True), sink=sink
+    )
+    assert summary["batches"] == 2 and summary["accepted"] == len(good)
+    assert (out / "_checkpoint" / "rebalancer" / ".state.json.crc").exists()  # written through Hadoop
+    assert sink.committed_batches(_query_id(out)) == [0, 1]
+    rows, counted = pg_connect.execute(f"SELECT count(*), sum(count) FROM {pg_schema}.metrics").fetchone()
+    assert int(counted) == len(good)  # every event once
+    assert rows == summary["sink"]["tables"]["metrics"]["rows"] and summary["sink"]["batches"] == 2

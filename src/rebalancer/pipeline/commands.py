@@ -202,7 +202,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     config.validate()
     paths = generate(config, args.out)
-    Console().print(f"wrote {config.events:,} events in {len(paths)} {config.format} files to {args.out}")
+    Console(markup=False).print(f"wrote {config.events:,} events in {len(paths)} {config.format} files to {args.out}")
     return 0
 
 
@@ -232,7 +232,7 @@ def _stages(console: Any) -> Iterator[Callable[[str], None]]:
     # Transient: the summary lists every stage's seconds, labelled, once the run is over.
     with Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         TimeElapsedColumn(),
         console=console,
         transient=True,
@@ -378,7 +378,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from rebalancer.pipeline.framework import load_handlers
 
         handlers = load_handlers(args.handlers)  # first: a bad file fails before any work
-    console = Console()
+    console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     if args.input is None:
         input_path = DEFAULT_INPUT
         if not input_path.exists() or not any(input_path.iterdir()):

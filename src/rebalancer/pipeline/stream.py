@@ -42,7 +42,7 @@ from rebalancer.pipeline.ingest import (
     quarantine_rows,
     read_stream,
 )
-from rebalancer.pipeline.paths import OutputPath, local_path, output_path
+from rebalancer.pipeline.paths import OutputPath, output_path
 from rebalancer.pipeline.session import is_connect, pipeline_conf
 from rebalancer.pipeline.slots import (
     WHOLE,
@@ -344,13 +344,10 @@ class BatchProcessor:
                 # The batch's tables and its rebalancer_batches row commit together; a replay is skipped.
                 try:
                     outputs = {"metrics": metrics, "quarantine": quarantine_rows(classified), **(kept or {})}
-                    checkpoint = self.checkpoint or self.out / "_checkpoint"
-                    # The sink reads Spark's query id from the checkpoint with local I/O.
-                    where = local_path(str(checkpoint)) or str(checkpoint)
                     write_stream_outputs(
                         self.sink,
                         outputs,
-                        where,
+                        self.checkpoint or self.out / "_checkpoint",
                         batch_id,
                         self.state.data.setdefault("sink", {}),
                         keys=routing.pipeline.table_keys(frame.sparkSession),

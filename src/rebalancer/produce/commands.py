@@ -82,5 +82,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
         table.add_row(key, f"{number:,.1f}" if isinstance(number, float) else f"{number:,}")
     table.add_row("triggers_by_reason", str(stats["triggers_by_reason"]))
     table.add_row("elapsed s", f"{time.monotonic() - started:.1f}")
-    Console().print(table)
+    Console(markup=False).print(table)
     return 0 if stats["failed"] == 0 else 1

@@ -168,7 +168,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     combo = combination(args.strategy)
     result = simulate(sc, combo, seed=args.seed, config=_config(args))
     _print_summary(result.summary(), f"{sc.title} — {combo.name} (seed {args.seed})")
-    console = Console(width=120)
+    console = Console(width=120, markup=False)
     if args.plot is not None:
         path = plot_result(result, args.plot, combo.conf.broker_overloaded_threshold_percentage)
         console.print(f"plot: {path}")
@@ -181,7 +181,7 @@ def _print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     for key, value in summary.items():
         table.add_row(key, "never" if value is None else str(value))
-    Console(width=120).print(table)
+    Console(width=120, markup=False).print(table)
 
 
 def print_comparison(comparison: Comparison, console: Console, pip: bool = True) -> None:
@@ -238,7 +238,7 @@ def _combos(args: argparse.Namespace, names: list[str] | None) -> list[Combinati
 
 def compare_command(args: argparse.Namespace) -> int:
     combos = _combos(args, args.strategy)
-    console = Console(width=250)
+    console = Console(width=250, markup=False)
     if args.reports is not None:
         snapshots = load_reports(args.reports)
         name = f"reports in {args.reports}"
@@ -275,7 +275,7 @@ def replay_command(args: argparse.Namespace) -> int:
     _print_summary(result.summary(), f"{len(snapshots)} snapshots in {args.reports} — {combo.name}")
     if args.plot is not None:
         path = plot_result(result, args.plot, combo.conf.broker_overloaded_threshold_percentage)
-        Console(width=120).print(f"plot: {path}")
+        Console(width=120, markup=False).print(f"plot: {path}")
     return 0
 
 
@@ -284,5 +284,5 @@ def record_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--minutes must be >= 2 (a replay needs two snapshots), got {args.minutes}")
     sc = with_minutes(scenario(args.scenario), args.minutes)
     paths = write_reports(record(sc, seed=args.seed), args.out)
-    Console(width=120).print(f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
+    Console(width=120, markup=False).print(f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
     return 0

@@ -301,5 +301,5 @@ def cmd_produce(args: argparse.Namespace) -> int:
                  "latency_ms_p50", "latency_ms_p99", "retries", "errors"):
         value = stats[name]
         table.add_row(name, f"{value:.2f}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    Console(markup=False).print(table)
     return 0

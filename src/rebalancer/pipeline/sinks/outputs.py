@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rebalancer.pipeline.framework import Pipeline
+    from rebalancer.pipeline.paths import OutputPath
 
 METRICS_TABLE = "metrics"
 QUARANTINE_TABLE = "quarantine"
@@ -132,9 +133,12 @@ def write_outputs(
     return section
 
 
-def stream_query_id(checkpoint: str | Path) -> str:
-    """Spark's id for the query of `checkpoint` (kept across restarts, new for a new checkpoint)."""
-    metadata = Path(checkpoint) / "query" / "metadata"
+def stream_query_id(checkpoint: str | OutputPath) -> str:
+    """Spark's id for the query of `checkpoint` (kept across restarts, new for a new checkpoint).
+
+    A remote checkpoint comes as a `UriPath`, and its metadata is read through Hadoop, where Spark wrote it.
+    """
+    metadata = (Path(checkpoint) if isinstance(checkpoint, str) else checkpoint) / "query" / "metadata"
     try:
         return str(json.loads(metadata.read_text().splitlines()[0])["id"])
     except (OSError, ValueError, KeyError, IndexError) as exc:
@@ -144,7 +148,7 @@ def stream_query_id(checkpoint: str | Path) -> str:
 def write_stream_outputs(
     sink: PostgresSink,
     outputs: Mapping[str, DataFrame],
-    checkpoint: str | Path,
+    checkpoint: str | OutputPath,
     batch_id: int,
     totals: dict[str, Any],
     keys: Mapping[str, tuple[str, ...]] | None = None,
