@@ -31,6 +31,7 @@ WHOLE_SCHEMA = "key string, k2 int, n long, total double, low double, high doubl
 ENTITY_SCHEMA = "key string, k2 int, entity string, n long, total double"
 SUMS_SCHEMA = "key string, k2 int, n long, total double, low double, high double"
 KEYS = ["a", "b", "c", "d", None]
+BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ENTITIES = [f"e{i}" for i in range(12)] + [None]
 
 
@@ -225,7 +226,13 @@ def test_balanced_apply_equals_apply_in_pandas(spark, mode: str, case: Case) -> 
         split_by=split_by,
         combine=combine,
     )
-    got = result.frame.toPandas()
+    # 3-row Arrow batches: keys span batches and batches hold several keys, whatever the case.
+    batch_rows = spark.conf.get(BATCH_ROWS)
+    spark.conf.set(BATCH_ROWS, "3")
+    try:
+        got = result.frame.toPandas()
+    finally:
+        spark.conf.set(BATCH_ROWS, batch_rows)
 
     pd.testing.assert_frame_equal(sorted_frame(got), sorted_frame(expected), check_dtype=True)
     if split_by is None:

@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -42,6 +42,7 @@ COSTS = ("rows", "seconds")
 SLOT_COLUMN = "__rebalancer_slot"
 ITEM_COLUMN = "__rebalancer_item"
 COMBINE_COLUMN = "__rebalancer_combine"
+_NULL_BITS = 30  # key columns whose nulls an unseen key's item records (see `_with_slot_columns`)
 STORE_VERSION = 1
 
 Key = tuple[Any, ...]
@@ -178,12 +179,27 @@ class PlanStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        # The last state read or written, and the file's stat then: one parse per change of the
+        # file, where one balanced_apply reads the state three times and a run's keys are thousands.
+        self._cached: tuple[tuple[int, int, int], dict[str, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"PlanStore({str(self.path)!r})"
 
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            stat = (self.path / self.FILE).stat()
+        except OSError:
+            return None
+        return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
     def load(self) -> dict[str, Any] | None:
-        """The stored state, or None when there is none (or it was written by another version)."""
+        """The stored state, or None when there is none (or it was written by another version).
+
+        The state is shared with the cache: callers build new dicts rather than change it."""
+        stamp = self._stamp()
+        if stamp is not None and self._cached is not None and self._cached[0] == stamp:
+            return self._cached[1]
         try:
             data = json.loads((self.path / self.FILE).read_text())
         except FileNotFoundError:
@@ -193,6 +209,8 @@ class PlanStore:
             return None
         if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
             return None
+        if stamp is not None:
+            self._cached = (stamp, data)
         return data
 
     def previous_owner(self, key_columns: list[str], partitions: int) -> dict[ApplyItem, int]:
@@ -217,7 +235,7 @@ class PlanStore:
         }
 
     def save_plan(self, plan: ApplyPlan) -> None:
-        data = self.load() or {}
+        data = dict(self.load() or {})
         if data.get("key") != plan.key_columns:
             data = {}
         storable = [item for item in plan.owner if _storable(item.key)]
@@ -237,7 +255,7 @@ class PlanStore:
         self._write(data)
 
     def save_measurements(self, key_columns: list[str], costs: Mapping[Key, KeyCost]) -> None:
-        data = self.load() or {"version": STORE_VERSION, "key": key_columns, "items": []}
+        data = dict(self.load() or {"version": STORE_VERSION, "key": key_columns, "items": []})
         data["measured"] = [
             {
                 "key": encode_key(key),
@@ -254,8 +272,10 @@ class PlanStore:
         self.path.mkdir(parents=True, exist_ok=True)
         target = self.path / self.FILE
         tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")  # compact: C's fast encoder
         tmp.replace(target)
+        stamp = self._stamp()
+        self._cached = None if stamp is None else (stamp, data)
 
 
 def _storable(key: Key) -> bool:
@@ -653,31 +673,76 @@ def _with_slot_columns(
     condition = (table["__rebalancer_b"] == -1) | (table["__rebalancer_b"] == own_bucket)
     for name, table_name in zip(plan.key_columns, table_names):
         condition = df[name].eqNullSafe(table[table_name]) & condition
-    # A key the plan has not seen (a non-deterministic frame) runs where Spark's hash puts it.
+    # A key the plan has not seen (a non-deterministic frame) runs where Spark's hash puts it, as
+    # item -1 - (which key columns are null): pandas shows a null double as NaN, so a null key and
+    # a NaN key would look alike to the grouping in Python (`_unseen_groups`) but for this.
     hashed = F.pmod(F.hash(*[df[name] for name in plan.key_columns]), F.lit(plan.partitions)) + 1
     fallback = F.element_at(F.array(*[F.lit(k) for k in keys]), hashed.cast("int"))
+    nulls = F.lit(0)
+    for bit, name in enumerate(plan.key_columns[:_NULL_BITS]):
+        nulls = nulls + F.when(df[name].isNull(), F.lit(1 << bit)).otherwise(F.lit(0))
     return df.join(table, condition, "left").select(
         *[df[name] for name in df.columns],
         F.coalesce(table["__rebalancer_s"], fallback).cast("int").alias(SLOT_COLUMN),
-        F.coalesce(table["__rebalancer_i"], F.lit(-1)).cast("int").alias(ITEM_COLUMN),
+        F.coalesce(table["__rebalancer_i"], F.lit(-1) - nulls).cast("int").alias(ITEM_COLUMN),
     )
+
+
+class OutputCheck(NamedTuple):
+    """How a grouped map's output must look: applyInPandas' checks, done per call here because the
+    outputs of many calls leave the worker together (`_grouped_map`)."""
+
+    names: list[str]
+    by_name: bool  # spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName
+
+    def conform(self, out: Any) -> pd.DataFrame:
+        """`out` with the schema's columns in its order; Spark's own error when it doesn't match."""
+        import pandas as pd
+        from pyspark.errors import PySparkRuntimeError, PySparkTypeError
+
+        if not isinstance(out, pd.DataFrame):
+            raise PySparkTypeError(
+                errorClass="UDF_RETURN_TYPE",
+                messageParameters={"expected": "pandas.DataFrame", "actual": type(out).__name__},
+            )
+        if out.empty and len(out.columns) == 0:
+            return out
+        # As Spark: by name only when the output has string column names, else by position.
+        if self.by_name and any(isinstance(name, str) for name in out.columns):
+            missing = sorted(set(self.names) - set(out.columns))
+            extra = sorted(set(out.columns) - set(self.names), key=str)
+            if missing or extra:
+                raise PySparkRuntimeError(
+                    errorClass="RESULT_COLUMN_NAMES_MISMATCH",
+                    messageParameters={
+                        "missing": f" Missing: {', '.join(missing)}." if missing else "",
+                        "extra": f" Unexpected: {', '.join(map(str, extra))}." if extra else "",
+                    },
+                )
+            return out if list(out.columns) == self.names else out[self.names]
+        if len(out.columns) != len(self.names):
+            raise PySparkRuntimeError(
+                errorClass="RESULT_COLUMN_SCHEMA_MISMATCH",
+                messageParameters={"expected": str(len(self.names)), "actual": str(len(out.columns))},
+            )
+        return out.set_axis(self.names, axis=1)
 
 
 def _make_call(
     func: Callable[..., Any],
-    user_columns: list[str],
     key_columns: list[str],
+    check: OutputCheck,
     tasks: Any,
     items: Any,
     waits: Any,
     combine_group: Mapping[int, int] | None,
-) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """The grouped-map function: times `func` on one key's (or shard's) rows and reports it.
+) -> Callable[[int, pd.DataFrame], pd.DataFrame]:
+    """One group's call: `func` on a key's (or shard's) rows, timed, checked and reported.
 
-    A call's seconds run from the end of the task's previous call, so the per-group cost Spark pays
-    outside `func` (Arrow to pandas and back) is charged to the key that caused it. The wait before
-    a task's first call goes to `waits`, to be shared by rows (`BalancedApply.key_costs`). All of it
-    is measured on `own_clock`, the task stats too.
+    A call's seconds run from the end of the task's previous call, so the cost paid outside `func`
+    for a group (Arrow to pandas, cutting the group out of its batches) is charged to the key that
+    caused it. The wait before a task's first call goes to `waits`, to be shared by rows
+    (`BalancedApply.key_costs`). All of it is measured on `own_clock`, the task stats too.
     """
     from pyspark import TaskContext
 
@@ -685,19 +750,18 @@ def _make_call(
     clock = TaskClock()  # unpickled afresh, and so restarted, by every task
     last_end: dict[int, float] = {}
 
-    def call(frame: pd.DataFrame) -> pd.DataFrame:
+    def call(item: int, data: pd.DataFrame) -> pd.DataFrame:
         own_start = own_clock()
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else -1
-        item = int(frame[ITEM_COLUMN].iloc[0]) if len(frame) else -1
-        data = frame[user_columns]
-        key = tuple(data[name].iloc[0] for name in key_columns) if len(data) else ()
+        key = tuple(data[name].iloc[0] for name in key_columns)
         try:
             out = func(key, data) if takes_key else func(data)
         except Exception as exc:
             raise RuntimeError(
                 f"balanced_apply: func failed on key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
+        out = check.conform(out)
         own_end = own_clock()
         since = last_end.get(pid, own_start)
         last_end[pid] = own_end
@@ -706,16 +770,123 @@ def _make_call(
         if begun is not None and waits is not None:
             waits.add({pid: [own_start - begun]})
         if tasks is not None:
-            tasks.add({pid: [len(frame), task_start, own_end, own_end - own_start, 1]})
+            tasks.add({pid: [len(data), task_start, own_end, own_end - own_start, 1]})
         if items is not None and item >= 0:
-            items.add({item: [len(frame), max(0.0, own_end - since), 1]})
+            items.add({item: [len(data), max(0.0, own_end - since), 1]})
         if combine_group is not None:
-            out = out.copy() if hasattr(out, "copy") else out
+            out = out.copy()
             group = combine_group.get(item)
             out[COMBINE_COLUMN] = group if group is not None else -1 - max(pid, 0)
         return out
 
     return call
+
+
+def _group_frame(pieces: list[pd.DataFrame]) -> pd.DataFrame:
+    """One group's rows, cut from consecutive batches, as a frame of their own (index 0..n-1)
+    without the item column, as applyInPandas hands a group to its function."""
+    import pandas as pd
+
+    if len(pieces) == 1:
+        data = pieces[0].drop(columns=ITEM_COLUMN)  # a copy: the func may change it freely
+        data.index = pd.RangeIndex(len(data))
+        return data
+    data = pd.concat(pieces, ignore_index=True)
+    del data[ITEM_COLUMN]
+    return data
+
+
+def _unseen_groups(data: pd.DataFrame, key_columns: list[str]) -> list[pd.DataFrame]:
+    """Rows of keys the plan never saw, one frame per key, grouped as Spark groups them: nulls
+    together, NaNs together (the item already tells null from NaN, see `_with_slot_columns`)."""
+    import numpy as np
+    import pandas as pd
+
+    try:
+        codes = data.groupby(key_columns, dropna=False, sort=False).ngroup().to_numpy()
+    except TypeError:  # unhashable values (a struct key arrives as a dict): group by their text
+        text = pd.Series([repr(tuple(row)) for row in data[key_columns].itertuples(index=False)])
+        codes = pd.factorize(text)[0]
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    groups = []
+    for positions in np.split(order, cuts):
+        group = data.take(positions)
+        group.index = pd.RangeIndex(len(group))
+        groups.append(group)
+    return groups
+
+
+OUTPUT_ROWS = 10_000  # rows the grouped map gathers from its calls before handing them to Spark
+
+
+def _grouped_map(
+    call: Callable[[int, pd.DataFrame], pd.DataFrame], key_columns: list[str]
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """The task's function: its rows arrive sorted by item, in Arrow batches converted to pandas.
+    Each item's rows are cut out and handed to `call` (an unseen key's, grouped by key first), and
+    the outputs leave in frames of about OUTPUT_ROWS rows.
+
+    Why not Spark's `groupBy().applyInPandas()`: it converts every group to pandas and back on
+    its own, a fixed cost per group that is a large part of a small key's cost. Here conversions
+    are per batch, and the rows, calls and checks are those of applyInPandas.
+    """
+
+    def run_item(item: int, pieces: list[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        data = _group_frame(pieces)
+        if item >= 0:
+            yield call(item, data)
+        else:
+            for group in _unseen_groups(data, key_columns):
+                yield call(item, group)
+
+    def grouped_map(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import numpy as np
+        import pandas as pd
+
+        gathered: list[pd.DataFrame] = []
+        gathered_rows = 0
+        dtypes: Any = None
+
+        def flush() -> Iterator[pd.DataFrame]:
+            nonlocal gathered, gathered_rows
+            if gathered:
+                yield gathered[0] if len(gathered) == 1 else pd.concat(gathered, ignore_index=True)
+            gathered, gathered_rows = [], 0
+
+        def gather(outputs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            """Outputs go together while their dtypes agree, so each converts as it would alone."""
+            nonlocal gathered_rows, dtypes
+            for out in outputs:
+                if not len(out):
+                    continue
+                if gathered and not out.dtypes.equals(dtypes):
+                    yield from flush()
+                dtypes = out.dtypes
+                gathered.append(out)
+                gathered_rows += len(out)
+                if gathered_rows >= OUTPUT_ROWS:
+                    yield from flush()
+
+        pieces: list[pd.DataFrame] = []
+        current = 0
+        for batch in batches:
+            if not len(batch):
+                continue
+            items = batch[ITEM_COLUMN].to_numpy()
+            cuts = (np.flatnonzero(items[1:] != items[:-1]) + 1).tolist()
+            for start, stop in zip([0, *cuts], [*cuts, len(batch)]):
+                item = int(items[start])
+                if pieces and item != current:
+                    yield from gather(run_item(current, pieces))
+                    pieces = []
+                current = item
+                pieces.append(batch.iloc[start:stop])
+        if pieces:
+            yield from gather(run_item(current, pieces))
+        yield from flush()
+
+    return grouped_map
 
 
 def _make_merge(combine: Callable[..., Any], columns: list[str]) -> Callable[[pd.DataFrame], pd.DataFrame]:
@@ -795,11 +966,19 @@ def balanced_apply(
         }
         stage_schema = StructType([*out_schema.fields, StructField(COMBINE_COLUMN, LongType(), False)])
     keyed = _with_slot_columns(df, plan, index, split_by)
-    call = _make_call(func, list(df.columns), key_columns, tasks, items, waits, combine_group)
+    by_name = str(
+        spark.conf.get("spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName", "true")
+    ).lower() == "true"
+    call = _make_call(
+        func, key_columns, OutputCheck(out_schema.fieldNames(), by_name), tasks, items, waits, combine_group
+    )
+    # One exchange realises the plan; each task sorts its rows by item (an int: the keys were
+    # compared once, in the broadcast join) and `_grouped_map` cuts the items out in Python.
     frame = (
         keyed.repartition(slots, SLOT_COLUMN)
-        .groupBy(SLOT_COLUMN, ITEM_COLUMN, *key_columns)
-        .applyInPandas(call, stage_schema)
+        .sortWithinPartitions(ITEM_COLUMN)
+        .drop(SLOT_COLUMN)
+        .mapInPandas(_grouped_map(call, key_columns), stage_schema)
     )
     if combining and combine is not None:
         frame = frame.groupBy(COMBINE_COLUMN).applyInPandas(
