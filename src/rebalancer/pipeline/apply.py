@@ -846,7 +846,6 @@ def _grouped_map(
 
         gathered: list[pd.DataFrame] = []
         gathered_rows = 0
-        dtypes: Any = None
 
         def flush() -> Iterator[pd.DataFrame]:
             nonlocal gathered, gathered_rows
@@ -856,13 +855,12 @@ def _grouped_map(
 
         def gather(outputs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             """Outputs go together while their dtypes agree, so each converts as it would alone."""
-            nonlocal gathered_rows, dtypes
+            nonlocal gathered_rows
             for out in outputs:
                 if not len(out):
                     continue
-                if gathered and not out.dtypes.equals(dtypes):
+                if gathered and not out.dtypes.equals(gathered[-1].dtypes):
                     yield from flush()
-                dtypes = out.dtypes
                 gathered.append(out)
                 gathered_rows += len(out)
                 if gathered_rows >= OUTPUT_ROWS:
