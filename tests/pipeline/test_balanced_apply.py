@@ -9,9 +9,18 @@ import time
 import pandas as pd
 import pytest
 from pyspark import cloudpickle
+from pyspark.sql import functions as F
 
 from rebalancer.pipeline import PlanStore, balanced_apply
-from rebalancer.pipeline.apply import ApplyItem, ApplyPlan, BalancedApply, KeyCost, plan_keys
+from rebalancer.pipeline.apply import (
+    ApplyItem,
+    ApplyPlan,
+    BalancedApply,
+    KeyCost,
+    _count_buckets,
+    plan_keys,
+)
+from rebalancer.pipeline.slots import SHARD_BUCKETS
 
 pytestmark = pytest.mark.spark
 # Spark's Python workers cannot import this test module: its functions travel by value.
@@ -111,6 +120,41 @@ def test_a_hot_key_is_split_by_split_by_and_merged_by_combine(spark):
 
     unsplit = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=4)  # never split without split_by
     assert unsplit.plan.split == [] and len(unsplit.plan.slot_of("hot")) == 1
+
+
+def test_a_key_heavy_by_measured_seconds_alone_is_counted_by_bucket_and_split(spark, tmp_path):
+    # slow: 100 of 1,000 rows, but 9 of the last run's 10 s: by rows it stays whole.
+    df = _frame(spark, {"slow": 100, **{f"k{i}": 100 for i in range(9)}})
+    store = PlanStore(tmp_path / "plan.json")
+    store.save_measurements(
+        ["key"], {("slow",): KeyCost(100, 9.0, 1), **{(f"k{i}",): KeyCost(100, 1 / 9, 1) for i in range(9)}}
+    )
+
+    def merge(partials: pd.DataFrame) -> pd.DataFrame:
+        return partials.groupby("key", as_index=False)[["n", "total"]].sum()
+
+    by_rows = balanced_apply(df, "key", count_and_sum, SCHEMA, partitions=4, split_by="entity", combine=merge)
+    assert by_rows.plan.split == []
+    by_seconds = balanced_apply(
+        df, "key", count_and_sum, SCHEMA, partitions=4, split_by="entity", combine=merge, cost="seconds",
+        store=store,
+    )
+    assert by_seconds.plan.split == [("slow",)]
+    assert len(by_seconds.plan.slot_of("slow")) > 1  # its shards run on several tasks
+    assert sum(rows for item, rows in by_seconds.plan.item_rows.items() if item.key == ("slow",)) == 100
+    pd.testing.assert_frame_equal(_sorted(by_seconds.frame), _plain(df))
+
+
+def test_buckets_are_counted_for_the_heavy_keys_only_null_key_included(spark):
+    data = [(key, f"e{i % 5}", 1.0) for key, rows in (("a", 30), (None, 20), ("b", 7)) for i in range(rows)]
+    df = spark.createDataFrame(data, "key string, entity string, v double")
+    expected: dict[tuple, dict[int, int]] = {}
+    for row in df.groupBy("key", F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))).count().collect():
+        if row[0] != "b":
+            expected.setdefault((row[0],), {})[int(row[1])] = int(row[2])
+    assert _count_buckets(df, ["key"], "entity", [("a",), (None,)]) == expected
+    assert sum(expected[("a",)].values()) == 30 and sum(expected[(None,)].values()) == 20
+    assert _count_buckets(df, ["key"], "entity", [("a",)]) == {("a",): expected[("a",)]}
 
 
 def test_a_two_argument_func_gets_the_key_and_null_keys_form_one_group(spark):

@@ -32,7 +32,7 @@ from rebalancer.pipeline.slots import SHARD_BUCKETS, WHOLE, pack_shards, partiti
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -476,6 +476,31 @@ def _key_weights(counts: Mapping[Key, int], cost: str, measured: Mapping[Key, Ke
     return weights
 
 
+def _shard_counts(
+    counts: Mapping[Key, int], partitions: int, cost: str, measured: Mapping[Key, KeyCost]
+) -> tuple[dict[Key, float], dict[Key, int]]:
+    """Each key's weight, and the shards it would be split into given bucket counts (1: whole).
+
+    A key heavier than total/partitions gets ceil(weight / bound) shards. By seconds, a key is also
+    split at least as finely as by rows: its seconds were measured on shards of at most a slot's
+    rows, and a per-key cost grows faster than its rows (sorts, windows), so larger shards would
+    cost more than their share of the measurement.
+    """
+    weights = _key_weights(counts, cost, measured)
+    total = sum(weights.values())
+    bound = total / partitions if partitions else total
+    total_rows = sum(counts.values())
+    row_bound = total_rows / partitions if partitions else total_rows
+    by_seconds = cost != "rows" and bool(measured)
+    shards: dict[Key, int] = {}
+    for key, rows in counts.items():
+        count = math.ceil(weights[key] / bound) if bound else 1
+        if by_seconds and row_bound:
+            count = max(count, math.ceil(rows / row_bound))
+        shards[key] = count
+    return weights, shards
+
+
 def plan_keys(
     counts: Mapping[Key, int],
     bucket_counts: Mapping[Key, Mapping[int, int]],
@@ -488,18 +513,10 @@ def plan_keys(
 ) -> ApplyPlan:
     """The plan for keys with `counts` rows; a key in `bucket_counts` may be split by those buckets.
 
-    A key whose weight exceeds total/partitions is split (if it has bucket counts) into
-    ceil(weight / bound) shards, its buckets packed into them by rows. By seconds, a key is also
-    split at least as finely as by rows: its seconds were measured on shards of at most a slot's
-    rows, and a per-key cost grows faster than its rows (sorts, windows), so larger shards would
-    cost more than their share of the measurement.
+    A key `_shard_counts` gives more than one shard is split (if it has bucket counts), its buckets
+    packed into the shards by rows.
     """
-    weights = _key_weights(counts, cost, measured or {})
-    total = sum(weights.values())
-    bound = total / partitions if partitions else total
-    total_rows = sum(counts.values())
-    row_bound = total_rows / partitions if partitions else total_rows
-    by_seconds = cost != "rows" and bool(measured)
+    weights, shard_counts = _shard_counts(counts, partitions, cost, measured or {})
     items: dict[ApplyItem, float] = {}
     item_rows: dict[ApplyItem, int] = {}
     split: list[Key] = []
@@ -507,9 +524,7 @@ def plan_keys(
     for key, rows in counts.items():
         weight = weights[key]
         buckets = bucket_counts.get(key)
-        shards = math.ceil(weight / bound) if bound else 1
-        if by_seconds and row_bound:
-            shards = max(shards, math.ceil(rows / row_bound))
+        shards = shard_counts[key]
         if partitions > 1 and buckets and shards > 1 and len(buckets) > 1:
             mapping, shard_rows = pack_shards(buckets, shards)
             split.append(key)
@@ -613,26 +628,57 @@ def _takes_key(func: Callable[..., Any]) -> bool:
     return len(positional) == 2
 
 
-def _count_keys(
-    df: DataFrame, key_columns: list[str], split_by: str | None, partitions: int
-) -> tuple[dict[Key, int], dict[Key, dict[int, int]]]:
-    """Rows per key, and with `split_by` per (key, split bucket): one pass over `df`.
+def _count_keys(df: DataFrame, key_columns: list[str]) -> dict[Key, int]:
+    """Rows per key: one pass over `df`, reading the key columns only."""
+    return {tuple(row[:-1]): int(row[-1]) for row in df.groupBy(*key_columns).count().collect()}
 
-    The bucket counts collected are at most keys x SHARD_BUCKETS rows.
+
+def _count_buckets(
+    df: DataFrame, key_columns: list[str], split_by: str, keys: list[Key]
+) -> dict[Key, dict[int, int]]:
+    """Rows per `split_by` bucket of each of `keys` (those heavy enough to split): a second pass
+    over `df`, run only when such keys exist: a plan of whole keys reads the key columns alone.
     """
     from pyspark.sql import functions as F
 
-    if split_by is None or partitions < 2:
-        return {tuple(row[:-1]): int(row[-1]) for row in df.groupBy(*key_columns).count().collect()}, {}
+    table, names = _key_table(df, key_columns, [(key, ()) for key in keys], [])
+    heavy = df.join(F.broadcast(table), _same_key(df, table, key_columns, names, keys), "left_semi")
     bucket = F.pmod(F.hash(F.col(split_by)), F.lit(SHARD_BUCKETS)).alias(ITEM_COLUMN)
-    counts: dict[Key, int] = {}
     buckets: dict[Key, dict[int, int]] = {}
     width = len(key_columns)
-    for row in df.groupBy(*key_columns, bucket).count().collect():
-        key = tuple(row[:width])
-        counts[key] = counts.get(key, 0) + int(row[-1])
-        buckets.setdefault(key, {})[int(row[-2])] = int(row[-1])
-    return counts, buckets
+    for row in heavy.groupBy(*key_columns, bucket).count().collect():
+        buckets.setdefault(tuple(row[:width]), {})[int(row[-2])] = int(row[-1])
+    return buckets
+
+
+def _key_table(
+    df: DataFrame, key_columns: list[str], rows: list[tuple[Key, tuple[int, ...]]], extra: list[str]
+) -> tuple[DataFrame, list[str]]:
+    """A small frame of keys (typed as `df`'s key columns) with int columns `extra`, to broadcast."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    key_fields = df.select(*key_columns).schema.fields
+    names = [f"__rebalancer_k{i}" for i in range(len(key_fields))]
+    schema = StructType(
+        [StructField(name, f.dataType, True) for name, f in zip(names, key_fields)]
+        + [StructField(name, IntegerType(), False) for name in extra]
+    )
+    table = df.sparkSession.createDataFrame([(*key, *values) for key, values in rows], schema)
+    return table, names
+
+
+def _same_key(
+    df: DataFrame, table: DataFrame, key_columns: list[str], names: list[str], keys: Sequence[Key]
+) -> Column:
+    """The join condition on the key columns: plain equality unless a key in the table has a null
+    (null-safe equality hashes an extra is-null flag per column)."""
+    null_safe = any(value is None for key in keys for value in key)
+    condition: Column | None = None
+    for name, table_name in zip(key_columns, names):
+        same = df[name].eqNullSafe(table[table_name]) if null_safe else df[name] == table[table_name]
+        condition = same if condition is None else condition & same
+    assert condition is not None
+    return condition
 
 
 def _with_slot_columns(
@@ -640,39 +686,30 @@ def _with_slot_columns(
 ) -> DataFrame:
     """`df` plus the slot key (an int Spark hashes to the planned slot) and the item index.
 
-    The item table is broadcast and joined null-safely on the key: a hashed lookup that moves no
-    rows between tasks. A whole key has one row (bucket -1); a split key one per `split_by` bucket,
-    of which the row's own bucket is kept.
+    The item table is broadcast and joined on the key: a hashed lookup that moves no rows between
+    tasks. A whole key has one row (bucket -1); a split key one per `split_by` bucket, of which
+    the row's own bucket is kept.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StructField, StructType
 
     keys = partition_keys(plan.partitions)
-    key_fields = df.select(*plan.key_columns).schema.fields
-    table_names = [f"__rebalancer_k{i}" for i in range(len(key_fields))]
-    table_schema = StructType(
-        [StructField(name, f.dataType, True) for name, f in zip(table_names, key_fields)]
-        + [
-            StructField("__rebalancer_b", IntegerType(), False),
-            StructField("__rebalancer_s", IntegerType(), False),
-            StructField("__rebalancer_i", IntegerType(), False),
-        ]
-    )
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[Key, tuple[int, ...]]] = []
     for position, item in enumerate(index):
         slot_key = keys[plan.owner[item]]
         if item.shard == WHOLE:
-            rows.append((*item.key, -1, slot_key, position))
+            rows.append((item.key, (-1, slot_key, position)))
         else:
             buckets = plan.shard_of[item.key]
             rows.extend(
-                (*item.key, b, slot_key, position) for b, shard in buckets.items() if shard == item.shard
+                (item.key, (b, slot_key, position)) for b, shard in buckets.items() if shard == item.shard
             )
-    table = F.broadcast(df.sparkSession.createDataFrame(rows, table_schema))
-    own_bucket = F.pmod(F.hash(df[split_by]), F.lit(SHARD_BUCKETS)) if split_by and plan.split else F.lit(-1)
-    condition = (table["__rebalancer_b"] == -1) | (table["__rebalancer_b"] == own_bucket)
-    for name, table_name in zip(plan.key_columns, table_names):
-        condition = df[name].eqNullSafe(table[table_name]) & condition
+    bucket, slot, item_index = "__rebalancer_b", "__rebalancer_s", "__rebalancer_i"
+    items, names = _key_table(df, plan.key_columns, rows, [bucket, slot, item_index])
+    table = F.broadcast(items)
+    condition = _same_key(df, table, plan.key_columns, names, [item.key for item in index])
+    if split_by and plan.split:
+        own_bucket = F.pmod(F.hash(df[split_by]), F.lit(SHARD_BUCKETS))
+        condition = condition & ((table[bucket] == -1) | (table[bucket] == own_bucket))
     # A key the plan has not seen (a non-deterministic frame) runs where Spark's hash puts it, as
     # item -1 - (which key columns are null): pandas shows a null double as NaN, so a null key and
     # a NaN key would look alike to the grouping in Python (`_unseen_groups`) but for this.
@@ -683,8 +720,8 @@ def _with_slot_columns(
         nulls = nulls + F.when(df[name].isNull(), F.lit(1 << bit)).otherwise(F.lit(0))
     return df.join(table, condition, "left").select(
         *[df[name] for name in df.columns],
-        F.coalesce(table["__rebalancer_s"], fallback).cast("int").alias(SLOT_COLUMN),
-        F.coalesce(table["__rebalancer_i"], F.lit(-1) - nulls).cast("int").alias(ITEM_COLUMN),
+        F.coalesce(table[slot], fallback).cast("int").alias(SLOT_COLUMN),
+        F.coalesce(table[item_index], F.lit(-1) - nulls).cast("int").alias(ITEM_COLUMN),
     )
 
 
@@ -783,17 +820,15 @@ def _make_call(
 
 
 def _group_frame(pieces: list[pd.DataFrame]) -> pd.DataFrame:
-    """One group's rows, cut from consecutive batches, as a frame of their own (index 0..n-1)
-    without the item column, as applyInPandas hands a group to its function."""
+    """One group's rows, cut from consecutive batches, as a frame of their own (index 0..n-1),
+    as applyInPandas hands a group to its function."""
     import pandas as pd
 
     if len(pieces) == 1:
-        data = pieces[0].drop(columns=ITEM_COLUMN)  # a copy: the func may change it freely
+        data = pieces[0].copy()  # the func may change its frame freely; the batch is a view
         data.index = pd.RangeIndex(len(data))
         return data
-    data = pd.concat(pieces, ignore_index=True)
-    del data[ITEM_COLUMN]
-    return data
+    return pd.concat(pieces, ignore_index=True)
 
 
 def _unseen_groups(data: pd.DataFrame, key_columns: list[str]) -> list[pd.DataFrame]:
@@ -846,6 +881,7 @@ def _grouped_map(
 
         gathered: list[pd.DataFrame] = []
         gathered_rows = 0
+        gathered_dtypes: list[Any] = []  # those of the outputs gathered
 
         def flush() -> Iterator[pd.DataFrame]:
             nonlocal gathered, gathered_rows
@@ -855,12 +891,14 @@ def _grouped_map(
 
         def gather(outputs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             """Outputs go together while their dtypes agree, so each converts as it would alone."""
-            nonlocal gathered_rows
+            nonlocal gathered_rows, gathered_dtypes
             for out in outputs:
                 if not len(out):
                     continue
-                if gathered and not out.dtypes.equals(gathered[-1].dtypes):
+                dtypes = out.dtypes.tolist()
+                if gathered and dtypes != gathered_dtypes:
                     yield from flush()
+                gathered_dtypes = dtypes
                 gathered.append(out)
                 gathered_rows += len(out)
                 if gathered_rows >= OUTPUT_ROWS:
@@ -871,7 +909,7 @@ def _grouped_map(
         for batch in batches:
             if not len(batch):
                 continue
-            items = batch[ITEM_COLUMN].to_numpy()
+            items = batch.pop(ITEM_COLUMN).to_numpy()  # once per batch, not per group
             cuts = (np.flatnonzero(items[1:] != items[:-1]) + 1).tolist()
             for start, stop in zip([0, *cuts], [*cuts, len(batch)]):
                 item = int(items[start])
@@ -930,7 +968,11 @@ def balanced_apply(
         _flush_pending(plan_store)
     measured = plan_store.key_costs(key_columns) if plan_store is not None and cost == "seconds" else {}
     previous = plan_store.previous_owner(key_columns, slots) if plan_store is not None else {}
-    counts, buckets = _count_keys(df, key_columns, split_by, slots)
+    counts = _count_keys(df, key_columns)
+    heavy: list[Key] = []
+    if split_by is not None and slots > 1:
+        heavy = [k for k, n in _shard_counts(counts, slots, cost, measured)[1].items() if n > 1]
+    buckets = _count_buckets(df, key_columns, split_by, heavy) if split_by is not None and heavy else {}
     plan = plan_keys(counts, buckets, slots, key_columns, cost, measured, previous, max_moves)
     log.info(
         "balanced_apply: %d keys on %d slots by %s, %d split, %d moved, %d placed%s",
