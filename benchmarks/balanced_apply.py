@@ -13,7 +13,8 @@ second run (the first run of `cost="seconds"` records the seconds its second run
 - seconds: `balanced_apply(..., split_by="entity", cost="seconds", store=PlanStore(tmp))`.
 
 Settings, as benchmarks/pipeline.py: `--partitions 16` (max/median task seconds), partitions ==
-Spark's cores (wall clock), and 64 partitions, whose measured task seconds are list-scheduled onto 64
+Spark's cores (wall clock: the fastest of `--wall-repeat` runs per mode, 3 by default, the modes'
+runs interleaved), and 64 partitions, whose measured task seconds are list-scheduled onto 64
 cores for a projected cluster makespan. Then the combine check: a sum-like function with hot keys
 split and `combine` merging the partial sums must equal the plain result exactly.
 
@@ -211,21 +212,27 @@ def run_balanced(df: Any, partitions: int, cost: str, store: Any) -> Run:
     )
 
 
-def measure(spark: Any, df: Any, mode: str, partitions: int, work: Path, repeat: int) -> Run:
-    """The fastest of `repeat` runs after a first one, which warms up and, for cost="seconds",
-    records the seconds the next plan uses (every run records again)."""
-    store = PlanStore(work / f"store-{mode}-{partitions}")
-    best: Run | None = None
+def measure(
+    spark: Any, df: Any, modes: tuple[str, ...], partitions: int, work: Path, repeat: int
+) -> dict[str, Run]:
+    """The fastest of `repeat` runs per mode after a first round, which warms up and, for
+    cost="seconds", records the seconds the next plan uses (every run records again). The modes'
+    runs are interleaved, each round starting with the next mode, so a drift in the machine's speed
+    reaches all of them."""
+    stores = {mode: PlanStore(work / f"store-{mode}-{partitions}") for mode in modes}
+    best: dict[str, Run] = {}
     for attempt in range(1 + repeat):
-        run = (
-            run_plain(spark, df, partitions) if mode == "plain" else run_balanced(df, partitions, mode, store)
-        )
-        if attempt == 0:
-            log(f"  {mode:>7} p={partitions:<3} first run {run.wall:7.2f} s (not measured)")
-        elif best is None or run.wall < best.wall:
-            best = run
-    assert best is not None
-    return best
+        shift = attempt % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
+            if mode == "plain":
+                run = run_plain(spark, df, partitions)
+            else:
+                run = run_balanced(df, partitions, mode, stores[mode])
+            if attempt == 0:
+                log(f"  {mode:>7} p={partitions:<3} first run {run.wall:7.2f} s (not measured)")
+            elif mode not in best or run.wall < best[mode].wall:
+                best[mode] = run
+    return {mode: best[mode] for mode in modes}
 
 
 def combine_check(spark: Any, df: Any, partitions: int) -> tuple[bool, int]:
@@ -258,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="measured runs per mode and setting (fastest counts)"
     )
+    parser.add_argument(
+        "--wall-repeat", type=int, default=3, help="measured runs per mode at partitions == cores, interleaved"
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 200,000 rows over 200 keys")
     parser.add_argument("--data", type=Path, default=None, help="where to cache the generated input")
@@ -288,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{label}: partitions={partitions} (Spark cores={cores})")
             # Rotate which mode runs first, so none always inherits the others' warm state.
             order = MODES[index % 3 :] + MODES[: index % 3]
-            for mode in order:
-                run = measure(spark, df, mode, partitions, work, args.repeat)
+            repeat = args.wall_repeat if label == "wall" else args.repeat
+            for mode, run in measure(spark, df, order, partitions, work, repeat).items():
                 results[(mode, partitions)] = run
                 run.show()
         combine_ok, _split = combine_check(spark, df, args.partitions)

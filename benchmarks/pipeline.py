@@ -2,7 +2,8 @@
 
 Settings, each run with both partitionings on the same input and the same SparkSession:
 - `--partitions 16`: the skew ratios (max/median task rows);
-- partitions == Spark's cores: the wall-clock ratio, where one straggler decides the run;
+- partitions == Spark's cores: the wall-clock ratio, where one straggler decides the run (the
+  fastest of `--wall-repeat` runs per mode, 3 by default, the modes' runs interleaved);
 - partitions == 64: the measured task seconds, list-scheduled onto 64 cores, project a cluster's
   makespan (on this machine 64 tasks queue on few cores, which hides the straggler).
 
@@ -48,25 +49,32 @@ def ratio(values: list[float]) -> float:
     return max(values) / median if median > 0 else float("inf")
 
 
-def measure(spark, spec, partitioning: str, partitions: int, work: Path, repeat: int, group_cost: int) -> dict:
-    """Best-of-`repeat` wall time; task stats from the fastest run."""
-    best: dict | None = None
+def measure(
+    spark, spec, modes: tuple[str, ...], partitions: int, work: Path, repeat: int, group_cost: int
+) -> dict[str, dict]:
+    """Best-of-`repeat` wall time per mode, the modes' runs interleaved (each round starts with the
+    next mode) so a drift in the machine's speed reaches all of them; task stats from the fastest."""
+    best: dict[str, dict] = {}
     for attempt in range(repeat):
-        out = work / f"{partitioning}-{partitions}-{attempt}"
-        started = time.perf_counter()
-        summary = run_batch(spark, spec, out, partitioning, partitions, report=False, group_cost=group_cost)
-        wall = time.perf_counter() - started
-        shutil.rmtree(out, ignore_errors=True)
-        if best is None or wall < best["wall"]:
-            best = {"wall": wall, "summary": summary}
-    assert best is not None
-    summary = best["summary"]
+        shift = attempt % len(modes)
+        for partitioning in modes[shift:] + modes[:shift]:
+            out = work / f"{partitioning}-{partitions}-{attempt}"
+            started = time.perf_counter()
+            summary = run_batch(spark, spec, out, partitioning, partitions, report=False, group_cost=group_cost)
+            wall = time.perf_counter() - started
+            shutil.rmtree(out, ignore_errors=True)
+            if partitioning not in best or wall < best[partitioning]["wall"]:
+                best[partitioning] = {"wall": wall, "summary": summary}
+    return {partitioning: _row(partitioning, partitions, run["wall"], run["summary"]) for partitioning, run in best.items()}
+
+
+def _row(partitioning: str, partitions: int, wall: float, summary: dict) -> dict:
     rows, seconds = summary["task_rows"], summary["task_seconds"]
     return {
         "partitioning": partitioning,
         "partitions": partitions,
-        "wall": best["wall"],
-        "events_per_s": summary["ingested"] / best["wall"],
+        "wall": wall,
+        "events_per_s": summary["ingested"] / wall,
         "rows_max": max(rows),
         "rows_median": statistics.median(rows),
         "rows_ratio": ratio(rows),
@@ -99,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=60, help="time span of the events")
     parser.add_argument("--partitions", type=int, default=16, help="the skew setting")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode and setting (best wall counts)")
+    parser.add_argument(
+        "--wall-repeat", type=int, default=3, help="runs per mode at partitions == cores, interleaved (best counts)"
+    )
     parser.add_argument("--master", default="local[*]", help="any Spark master, e.g. spark://127.0.0.1:7077")
     parser.add_argument("--ship", action="store_true", help="ship the rebalancer package to the executors")
     parser.add_argument("--group-cost", type=int, default=0, help="weighted plan: rows-equivalent per handler call")
@@ -133,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: partitions={partitions} (Spark cores={cores})", flush=True)
             # Alternate which mode runs first, so neither always inherits the other's warm state.
             order = ("hash", "weighted") if index % 2 == 0 else ("weighted", "hash")
-            for partitioning in order:
-                row = measure(spark, spec, partitioning, partitions, work, args.repeat, args.group_cost)
+            repeat = args.wall_repeat if label == "wall" else args.repeat
+            for partitioning, row in measure(spark, spec, order, partitions, work, repeat, args.group_cost).items():
                 results[(partitioning, partitions)] = row
                 show(row)
     finally:
