@@ -18,6 +18,7 @@ from rebalancer.pipeline.ingest import (
     REQUIRED_COLUMNS,
     TS_MAX_MICROS,
     TS_MIN_MICROS,
+    cacheable_rows,
     classify,
     inspect_input,
     read_raw,
@@ -269,12 +270,16 @@ def test_edge_metrics_equal_an_independent_pandas_reference(edge_run):
 def test_timestamps_without_offset_are_utc_whatever_the_session_zone(spark, tmp_path):
     data = tmp_path / "in.csv"
     pd.DataFrame([{"ts": "2026-01-01T23:30:00", "type": "a", "entity": "e", "value": 1.0}]).to_csv(data, index=False)
+    compressed = "spark.sql.inMemoryColumnarStorage.compressed"
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set(compressed, "true")
     try:
         run_batch(spark, inspect_input(data), tmp_path / "out", "hash", 1, report=False)
         assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"  # restored
+        assert spark.conf.get(compressed) == "true"  # the run's uncompressed cache setting is undone too
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
+        spark.conf.unset(compressed)
     metrics = pd.read_parquet(tmp_path / "out" / "metrics")
     assert metrics["minute"].dt.tz_convert("UTC").tolist() == [pd.Timestamp("2026-01-01T23:30:00Z")]
     assert metrics["date"].astype(str).tolist() == ["2026-01-01"]
@@ -296,3 +301,17 @@ def test_stream_reads_csv_columns_by_name(spark, tmp_path):
     assert sorted(zip(metrics["type"], metrics["entity"], metrics["count"])) == [
         (f"type-{tag}", f"ent-{tag}", 2) for tag in range(4)
     ]
+
+
+def test_the_cached_rows_keep_raw_text_for_quarantined_rows_only(spark):
+    raw = spark.createDataFrame(
+        [("2026-01-01T00:00:00Z", "a", "e", "1.5"), ("yesterday", "a", "e", "2"), ("2026-01-01T00:01:00Z", "b", "e", "x")],
+        "ts string, type string, entity string, value string",
+    )
+    rows = cacheable_rows(classify(raw)).orderBy("type", "reason").collect()
+    assert [(r["ts"], r["type"], r["value"], r["reason"], r["value_num"]) for r in rows] == [
+        (None, "a", None, None, 1.5),  # good: it goes on as ts_parsed and value_num
+        ("yesterday", "a", "2", "ts_unparseable", 2.0),
+        ("2026-01-01T00:01:00Z", "b", "x", "value_not_numeric", None),
+    ]
+    assert rows[0]["ts_parsed"] is not None and rows[0]["entity"] == "e"

@@ -19,6 +19,7 @@ from rebalancer.pipeline.ingest import (
     REASONS,
     InputSpec,
     accepted_rows,
+    cacheable_rows,
     check_output,
     classify,
     input_name,
@@ -183,8 +184,8 @@ def run_batch(
     With `sink`, metrics and quarantine are also upserted into PostgreSQL (`rebalancer.pipeline.sinks`).
 
     `group_cost` (rows-equivalent of one handler call) makes the weighted plan balance estimated
-    work instead of rows alone; see `slots.make_plan`. The session's time zone and Parquet
-    timestamp settings are pinned for the run (`session.PIPELINE_CONF`) and restored afterwards.
+    work instead of rows alone; see `slots.make_plan`. The session's time zone, Parquet timestamp
+    settings and cache compression are pinned for the run (`session.RUN_CONF`) and restored afterwards.
     """
     check_output(out, spec, spark=spark)
     with pipeline_conf(spark):
@@ -238,7 +239,7 @@ def _run_batch(
 
     step("read and count")
     t = time.perf_counter()
-    classified = classify(read_raw(spark, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    classified = cacheable_rows(classify(read_raw(spark, spec))).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         try:
             counts = count_input(classified, partitions)

@@ -631,6 +631,20 @@ def classify(frame: DataFrame) -> DataFrame:
     return frame.withColumn("reason", reason).drop(*helpers)
 
 
+def cacheable_rows(classified: DataFrame) -> DataFrame:
+    """`classified` as a run caches it for its later passes: a good row's raw `ts` and `value` are
+    null (it goes on as `ts_parsed` and `value_num`); a quarantined row keeps its text for
+    OUT/quarantine/. The raw timestamp text was the largest part of the cache and of its cost.
+    """
+    from pyspark.sql import functions as F
+
+    quarantined = F.col("reason").isNotNull()
+    return classified.select(
+        *[F.when(quarantined, F.col(name)).alias(name) if name in ("ts", "value") else F.col(name)
+          for name in classified.columns]
+    )
+
+
 def quarantine_rows(classified: DataFrame) -> DataFrame:
     """Bad rows: the original values as strings and the reason."""
     from pyspark.sql import functions as F

@@ -36,6 +36,7 @@ from rebalancer.pipeline.ingest import (
     REASONS,
     InputSpec,
     accepted_rows,
+    cacheable_rows,
     check_output,
     classify,
     input_name,
@@ -298,7 +299,7 @@ class BatchProcessor:
         """Write the batch's outputs, then count it in the (unsaved) state."""
         from pyspark import StorageLevel
 
-        classified = classify(frame).persist(StorageLevel.MEMORY_AND_DISK)
+        classified = cacheable_rows(classify(frame)).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts = count_input(classified, self.config.partitions)
             routing = route_types(self.handlers, counts)
