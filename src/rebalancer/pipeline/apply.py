@@ -969,10 +969,11 @@ def balanced_apply(
     measured = plan_store.key_costs(key_columns) if plan_store is not None and cost == "seconds" else {}
     previous = plan_store.previous_owner(key_columns, slots) if plan_store is not None else {}
     counts = _count_keys(df, key_columns)
-    heavy: list[Key] = []
+    buckets: dict[Key, dict[int, int]] = {}
     if split_by is not None and slots > 1:
         heavy = [k for k, n in _shard_counts(counts, slots, cost, measured)[1].items() if n > 1]
-    buckets = _count_buckets(df, key_columns, split_by, heavy) if split_by is not None and heavy else {}
+        if heavy:
+            buckets = _count_buckets(df, key_columns, split_by, heavy)
     plan = plan_keys(counts, buckets, slots, key_columns, cost, measured, previous, max_moves)
     log.info(
         "balanced_apply: %d keys on %d slots by %s, %d split, %d moved, %d placed%s",

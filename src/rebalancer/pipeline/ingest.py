@@ -639,10 +639,11 @@ def cacheable_rows(classified: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     quarantined = F.col("reason").isNotNull()
-    return classified.select(
-        *[F.when(quarantined, F.col(name)).alias(name) if name in ("ts", "value") else F.col(name)
-          for name in classified.columns]
-    )
+    columns = [
+        F.when(quarantined, F.col(name)).alias(name) if name in ("ts", "value") else F.col(name)
+        for name in classified.columns
+    ]
+    return classified.select(*columns)
 
 
 def quarantine_rows(classified: DataFrame) -> DataFrame:
