@@ -145,6 +145,7 @@ def test_an_output_that_does_not_fit_the_schema_fails_with_sparks_own_error(spar
     with pytest.raises(Exception) as ours:
         balanced_apply(df, "key", func, schema, partitions=2).frame.collect()
     assert _error_line(ours, error_class) == _error_line(spark_error, error_class)
+    assert re.search(r"func's output for key \('[ab]',\) does not fit the schema", str(ours.value))
 
 
 def reordered(frame: pd.DataFrame) -> pd.DataFrame:

@@ -688,21 +688,29 @@ def _with_slot_columns(
 
     The item table is broadcast and joined on the key: a hashed lookup that moves no rows between
     tasks. A whole key has one row (bucket -1); a split key one per `split_by` bucket, of which
-    the row's own bucket is kept.
+    the row's own bucket is kept. A split key's buckets the counting never saw (a frame that
+    changed since) join its lightest shard, so `combine` still merges all of the key's outputs.
     """
     from pyspark.sql import functions as F
 
     keys = partition_keys(plan.partitions)
+    lightest: dict[Key, ApplyItem] = {}
+    for item in index:
+        if item.shard != WHOLE:
+            best = lightest.get(item.key)
+            if best is None or (plan.item_rows[item], item.shard) < (plan.item_rows[best], best.shard):
+                lightest[item.key] = item
     rows: list[tuple[Key, tuple[int, ...]]] = []
     for position, item in enumerate(index):
         slot_key = keys[plan.owner[item]]
         if item.shard == WHOLE:
             rows.append((item.key, (-1, slot_key, position)))
-        else:
-            buckets = plan.shard_of[item.key]
-            rows.extend(
-                (item.key, (b, slot_key, position)) for b, shard in buckets.items() if shard == item.shard
-            )
+            continue
+        seen = plan.shard_of[item.key]
+        buckets = [b for b, shard in seen.items() if shard == item.shard]
+        if lightest[item.key] == item:
+            buckets.extend(b for b in range(SHARD_BUCKETS) if b not in seen)
+        rows.extend((item.key, (b, slot_key, position)) for b in buckets)
     bucket, slot, item_index = "__rebalancer_b", "__rebalancer_s", "__rebalancer_i"
     items, names = _key_table(df, plan.key_columns, rows, [bucket, slot, item_index])
     table = F.broadcast(items)
@@ -782,6 +790,7 @@ def _make_call(
     (`BalancedApply.key_costs`). All of it is measured on `own_clock`, the task stats too.
     """
     from pyspark import TaskContext
+    from pyspark.errors import PySparkException
 
     takes_key = _takes_key(func)
     clock = TaskClock()  # unpickled afresh, and so restarted, by every task
@@ -798,7 +807,10 @@ def _make_call(
             raise RuntimeError(
                 f"balanced_apply: func failed on key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        out = check.conform(out)
+        try:
+            out = check.conform(out)
+        except PySparkException as exc:  # Spark's own error, and the key whose output it was
+            raise RuntimeError(f"balanced_apply: func's output for key {key!r} does not fit the schema: {exc}") from exc
         own_end = own_clock()
         since = last_end.get(pid, own_start)
         last_end[pid] = own_end
