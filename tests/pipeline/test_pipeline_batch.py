@@ -121,7 +121,9 @@ def test_weighted_dispatch_has_one_exchange_and_exact_slots(spark, dataset):
     assert len(exchanges) == 1, physical
     assert "BroadcastHashJoin" in final
     assert f"hashpartitioning({SLOT_KEY}" in exchanges[0] and f", {PARTITIONS})" in exchanges[0]
-    assert "FlatMapGroupsInPandas" in final
+    # Each task is one slot's group: mapped as a whole, with no grouping and no sort by slot.
+    assert "MapInArrow" in final and "FlatMapGroupsInPandas" not in final
+    assert not [line for line in final.splitlines() if "Sort [" in line], final
     rows, _seconds = job.task_stats()
     assert rows == plan.load_after
 

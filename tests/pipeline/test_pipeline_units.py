@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from rebalancer.pipeline.generate import GenerateConfig, make_frame, type_weights, write_frame
-from rebalancer.pipeline.handler import aggregate
+from rebalancer.pipeline.handler import (
+    HANDLER_ARROW_SCHEMA,
+    STATS_COLUMNS,
+    aggregate,
+    aggregate_arrow,
+    make_slot_handler,
+)
 from rebalancer.pipeline.slots import Item, make_plan, murmur3_int, partition_keys, plan_items
 
 
@@ -71,6 +78,52 @@ def test_aggregate_keeps_names_that_differ_after_a_nul_apart():
         ("x\x00a", "e"): (1, 5.0),
         ("x\x00b", "e"): (1, 6.0),
     }
+
+
+def _batches(frame: pd.DataFrame, rows: int) -> list[pa.RecordBatch]:
+    return pa.Table.from_pandas(frame, preserve_index=False).to_batches(max_chunksize=rows)
+
+
+def test_aggregate_arrow_equals_aggregate_bit_for_bit_across_batches():
+    rng = np.random.default_rng(7)
+    frame = _frame(20_000, 3)
+    names = np.array(["a", "b", "x", "x\x00", "x\x00a"], dtype=object)  # numpy's own strings drop a NUL
+    frame["type"] = names[rng.integers(0, len(names), len(frame))]  # pandas merged names cut at a NUL
+    table = pa.Table.from_batches(_batches(frame, 3_000))
+    got = aggregate_arrow(table)
+    assert got.schema == HANDLER_ARROW_SCHEMA
+    key = ["type", "entity", "minute"]
+    expected = aggregate(frame).sort_values(key, ignore_index=True)
+    pd.testing.assert_frame_equal(got.to_pandas().sort_values(key, ignore_index=True), expected, check_exact=True)
+    assert set(got.column("type").to_pylist()) == {"a", "b", "x", "x\x00", "x\x00a"}
+    empty = aggregate_arrow(table.slice(0, 0))
+    assert empty.num_rows == 0 and empty.schema == HANDLER_ARROW_SCHEMA
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.added: list[dict] = []
+
+    def add(self, value: dict) -> None:
+        self.added.append(value)
+
+
+def test_the_slot_handler_makes_one_call_per_task_and_none_for_an_empty_task():
+    frame = _frame(5_000, 4)
+    stats = _Stats()
+    handle = make_slot_handler(stats)
+    out = pa.Table.from_batches(list(handle(iter(_batches(frame, 700)))))
+    assert out.num_rows == len(aggregate(frame)) and out.schema == HANDLER_ARROW_SCHEMA
+    ((pid, (rows, started, ended, busy, calls)),) = stats.added[0].items()
+    assert len(stats.added) == 1 and (pid, rows, calls) == (-1, 5_000, 1) and busy == ended - started >= 0
+    assert list(handle(iter([]))) == [] and len(stats.added) == 1  # no rows: no call, nothing reported
+
+    # Without an accumulator (Spark Connect) the call's stats ride on every output row.
+    carried = pa.Table.from_batches(list(make_slot_handler(None)(iter(_batches(frame, 700)))))
+    assert carried.column_names == [*HANDLER_ARROW_SCHEMA.names, *STATS_COLUMNS]
+    assert carried.column("_stats_rows").unique().to_pylist() == [5_000]
+    assert len(carried.column("_stats_call").unique()) == 1
+    assert carried.column("_stats_only").unique().to_pylist() == [False]
 
 
 def test_partition_keys_land_on_their_slot():

@@ -1,9 +1,10 @@
 """The grouped-map stage: every type's rows reach the handler on the task its slot names.
 
 hash (what a Spark user writes): `groupBy("type").applyInPandas(handler)`, one call per type, types
-placed by Spark's hash partitioner. weighted: `groupBy(slot).applyInPandas(handler)`, one call per
-planned slot, each call dispatching all the types of its slot at once (the handler is vectorised
-over types), so a task's time follows its rows and not its count of small types.
+placed by Spark's hash partitioner. weighted: `repartition(n, slot key).mapInArrow(...)`, one call
+per planned slot (a task holds exactly one), each dispatching all the types of its slot at once (the
+handler is vectorised over types), so a task's time follows its rows and not its count of small
+types. A slot's group needs no sort, and its strings stay in Arrow (`handler.aggregate_arrow`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rebalancer.pipeline.handler import (
     TaskStatsParam,
     collect_task_stats,
     make_handler,
+    make_slot_handler,
     split_task_stats,
     task_stats,
 )
@@ -87,26 +89,27 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
         )
     spark = accepted.sparkSession
     stats = None if is_connect(spark) else spark.sparkContext.accumulator({}, TaskStatsParam())
-    handler = make_handler(stats)
     columns = ["type", "entity", "minute", "value"]
+    schema = HANDLER_SCHEMA if stats is not None else f"{HANDLER_SCHEMA}, {STATS_SCHEMA}"
     if partitioning == "hash":
         grouped = accepted.select(*columns).repartition(partitions, "type").groupBy("type")
+        mapped = grouped.applyInPandas(make_handler(stats), schema)
     else:
         if plan is None or plan.partitions != partitions:
             raise ValueError("weighted partitioning needs a plan for the same number of partitions")
-        keyed = with_slot_key(accepted.select(*columns), plan, SLOT_KEY).select(SLOT_KEY, *columns)
-        grouped = keyed.repartition(partitions, SLOT_KEY).groupBy(SLOT_KEY)
+        keyed = with_slot_key(accepted.select(*columns), plan, SLOT_KEY)
+        # Each task holds one slot, so the task's rows are the slot's group: no grouping, no sort.
+        slotted = keyed.repartition(partitions, SLOT_KEY).select(*columns)
+        mapped = slotted.mapInArrow(make_slot_handler(stats), schema)
     cached = stats_rows = None
     if stats is None:
         from pyspark import StorageLevel
 
         # The metrics write fills the cache; the task stats are read back from it, not recomputed.
-        cached = grouped.applyInPandas(handler, f"{HANDLER_SCHEMA}, {STATS_SCHEMA}").persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        cached = mapped.persist(StorageLevel.MEMORY_AND_DISK)
         result, stats_rows = split_task_stats(cached)
     else:
-        result = grouped.applyInPandas(handler, HANDLER_SCHEMA)
+        result = mapped
     metrics = result.select(
         "type",
         "entity",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,8 +64,58 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({name: [] for name in METRIC_COLUMNS})
     type_codes, type_names = factorize_exact(frame["type"])
     entity_codes, entity_names = factorize_exact(frame["entity"])
-    minutes = frame["minute"].to_numpy(dtype=np.int64)
-    values = frame["value"].to_numpy(dtype=np.float64)
+    groups = _metrics(
+        type_codes, entity_codes, frame["minute"].to_numpy(dtype=np.int64), frame["value"].to_numpy(dtype=np.float64)
+    )
+    groups["type"] = type_names[groups["type"]]
+    groups["entity"] = entity_names[groups["entity"]]
+    return pd.DataFrame(groups, copy=False)
+
+
+HANDLER_ARROW_SCHEMA = pa.schema(
+    [("type", pa.string()), ("entity", pa.string()), ("minute", pa.int64()), ("count", pa.int64())]
+    + [(name, pa.float64()) for name in METRIC_COLUMNS[4:]]
+)
+
+
+def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """(codes, names) of a string column, by Arrow's dictionary encoding: whole strings compared,
+    and no Python string made for any row."""
+    encoded = column.dictionary_encode()
+    if not encoded.num_chunks:
+        return np.empty(0, dtype=np.int64), pa.array([], pa.string())
+    codes = np.concatenate([chunk.indices.to_numpy(zero_copy_only=False) for chunk in encoded.chunks])
+    return codes.astype(np.int64, copy=False), encoded.chunks[-1].dictionary  # the chunks share it
+
+
+def aggregate_arrow(table: pa.Table) -> pa.Table:
+    """`aggregate` on an Arrow table (from a task's batches): the same metrics, bit for bit.
+
+    The type and entity strings stay in Arrow from input to output. Converting them to pandas
+    makes a Python object per row and value, the largest cost of a big group outside the metrics.
+    """
+    type_codes, type_names = _encode(table.column("type"))
+    entity_codes, entity_names = _encode(table.column("entity"))
+    groups = _metrics(
+        type_codes,
+        entity_codes,
+        table.column("minute").to_numpy().astype(np.int64, copy=False),
+        table.column("value").to_numpy().astype(np.float64, copy=False),
+    )
+    columns = {
+        **groups,
+        "type": type_names.take(pa.array(groups["type"])),
+        "entity": entity_names.take(pa.array(groups["entity"])),
+    }
+    return pa.table([columns[name] for name in METRIC_COLUMNS], schema=HANDLER_ARROW_SCHEMA)
+
+
+def _metrics(
+    type_codes: np.ndarray, entity_codes: np.ndarray, minutes: np.ndarray, values: np.ndarray
+) -> dict[str, Any]:
+    """The metrics of each (type, entity, minute) run after one sort; "type" and "entity" as codes."""
+    if not len(values):
+        return {name: np.empty(0, dtype=np.float64 if index > 3 else np.int64) for index, name in enumerate(METRIC_COLUMNS)}
     order = np.lexsort((values, minutes, entity_codes, type_codes))
     t_sorted = type_codes[order]
     e_sorted = entity_codes[order]
@@ -81,8 +131,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     counts = np.diff(np.append(starts, n))
     sums = np.add.reduceat(v_sorted, starts)
     result: dict[str, Any] = {
-        "type": type_names[t_sorted[starts]],
-        "entity": entity_names[e_sorted[starts]],
+        "type": t_sorted[starts],
+        "entity": e_sorted[starts],
         "minute": m_sorted[starts],
         "count": counts.astype(np.int64),
         "sum": sums,
@@ -100,7 +150,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         low[at_end] = counts[at_end] - 1
         high = np.where(at_end, low, low + 1)
         result[name] = _lerp(v_sorted[starts + low], v_sorted[starts + high], gamma)
-    return pd.DataFrame(result, copy=False)
+    return result
 
 
 class TaskStatsParam(AccumulatorParam):
@@ -149,20 +199,31 @@ def report_task_stats(fn: Callable[[pd.DataFrame], pd.DataFrame], stats: Any | N
     To `stats`, an accumulator of TaskStatsParam; or, with None, in STATS_COLUMNS of its output:
     the applyInPandas schema then ends with STATS_SCHEMA, and `split_task_stats` splits the result.
     """
-    from pyspark import TaskContext
 
     def handle(frame: pd.DataFrame) -> pd.DataFrame:
-        started = time.time()
-        out = fn(frame)
-        ended = time.time()
-        context = TaskContext.get()
-        pid = context.partitionId() if context is not None else -1
-        if stats is None:
-            return with_stats_columns(out, pid, len(frame), started, ended)
-        stats.add({pid: [len(frame), started, ended, ended - started, 1]})
-        return out
+        return _timed_call(fn, frame, len(frame), stats, with_stats_columns)
 
     return handle
+
+
+def _timed_call(fn: Callable[[Any], Any], data: Any, rows: int, stats: Any | None, with_columns: Any) -> Any:
+    """`fn(data)`, reported to `stats`, or with `with_columns` (its stats columns) when None."""
+    from pyspark import TaskContext
+
+    started = time.time()
+    out = fn(data)
+    ended = time.time()
+    context = TaskContext.get()
+    pid = context.partitionId() if context is not None else -1
+    if stats is None:
+        return with_columns(out, pid, rows, started, ended)
+    stats.add({pid: [rows, started, ended, ended - started, 1]})
+    return out
+
+
+def _stats_values(pid: int, rows: int, started: float, ended: float, placeholder: bool) -> tuple[Any, ...]:
+    """One call's STATS_COLUMNS values; the random call id tells apart calls of equal numbers."""
+    return (np.int32(pid), np.int64(secrets.randbits(63)), np.int64(rows), started, ended, placeholder)
 
 
 def with_stats_columns(out: pd.DataFrame, pid: int, rows: int, started: float, ended: float) -> pd.DataFrame:
@@ -170,13 +231,40 @@ def with_stats_columns(out: pd.DataFrame, pid: int, rows: int, started: float, e
     placeholder = out.empty
     if placeholder:
         out = pd.DataFrame({name: pd.Series([None], dtype=object) for name in out.columns})
-    stats = dict(
-        zip(
-            STATS_COLUMNS,
-            (np.int32(pid), secrets.randbits(63), np.int64(rows), started, ended, placeholder),
-        )
-    )
-    return out.assign(**stats)
+    return out.assign(**dict(zip(STATS_COLUMNS, _stats_values(pid, rows, started, ended, placeholder))))
+
+
+STATS_ARROW_TYPES = (pa.int32(), pa.int64(), pa.int64(), pa.float64(), pa.float64(), pa.bool_())
+
+
+def with_arrow_stats_columns(out: pa.Table, pid: int, rows: int, started: float, ended: float) -> pa.Table:
+    """`with_stats_columns` for a non-empty Arrow table (an Arrow call never returns none)."""
+    values = _stats_values(pid, rows, started, ended, False)
+    for name, value, kind in zip(STATS_COLUMNS, values, STATS_ARROW_TYPES):
+        out = out.append_column(name, pa.array(np.full(out.num_rows, value), kind))
+    return out
+
+
+ARROW_OUTPUT_ROWS = 10_000  # rows per output batch, Spark's own default for Arrow batches
+
+
+def make_slot_handler(stats: Any | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The weighted dispatch's function, for `mapInArrow`: a task holds one slot, and all its rows
+    make one `aggregate_arrow` call, as `groupBy(slot).applyInPandas` would make one `aggregate`
+    call, without sorting the task's rows by slot or turning its strings into Python objects.
+
+    Reports each call as `report_task_stats` does: to `stats`, or in STATS_COLUMNS when None.
+    """
+
+    def handle(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = [batch for batch in batches if batch.num_rows]
+        if not received:  # an empty task: no call, as a grouped map makes none
+            return
+        table = pa.Table.from_batches(received)
+        out = _timed_call(aggregate_arrow, table, table.num_rows, stats, with_arrow_stats_columns)
+        yield from out.to_batches(max_chunksize=ARROW_OUTPUT_ROWS)
+
+    return handle
 
 
 def split_task_stats(result: DataFrame) -> tuple[DataFrame, DataFrame]:
