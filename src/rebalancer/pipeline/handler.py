@@ -1,7 +1,9 @@
 """The per-type handler (L1 aggregation) and the per-task stats it reports back to the driver.
 
-The handler runs inside a grouped-map pandas UDF, once per group of rows of one type. It is
-vectorised: one sort, then every (entity, minute) group is a contiguous run of sorted values.
+The handler runs inside a grouped-map pandas UDF once per type (hash dispatch: `aggregate`), or
+inside `mapInArrow` once per slot, on Arrow (weighted dispatch: `aggregate_arrow`). Both are
+vectorised over types: one sort, then every (type, entity, minute) group is a contiguous run of
+sorted values.
 """
 
 from __future__ import annotations
