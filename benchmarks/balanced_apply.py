@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # benchmarks/ is the script's directory, so its sibling is importable: one scheduler for both benchmarks.
-from pipeline import PROJECTED_CORES, list_schedule, ratio
+from pipeline import PROJECTED_CORES, interleaved, list_schedule, ratio
 from rebalancer.pipeline.apply import PlanStore, TaskClock, balanced_apply, own_clock
 from rebalancer.pipeline.handler import TaskStatsParam, task_stats
 from rebalancer.pipeline.session import build_session
@@ -221,17 +221,15 @@ def measure(
     reaches all of them."""
     stores = {mode: PlanStore(work / f"store-{mode}-{partitions}") for mode in modes}
     best: dict[str, Run] = {}
-    for attempt in range(1 + repeat):
-        shift = attempt % len(modes)
-        for mode in modes[shift:] + modes[:shift]:
-            if mode == "plain":
-                run = run_plain(spark, df, partitions)
-            else:
-                run = run_balanced(df, partitions, mode, stores[mode])
-            if attempt == 0:
-                log(f"  {mode:>7} p={partitions:<3} first run {run.wall:7.2f} s (not measured)")
-            elif mode not in best or run.wall < best[mode].wall:
-                best[mode] = run
+    for attempt, mode in interleaved(modes, 1 + repeat):
+        if mode == "plain":
+            run = run_plain(spark, df, partitions)
+        else:
+            run = run_balanced(df, partitions, mode, stores[mode])
+        if attempt == 0:
+            log(f"  {mode:>7} p={partitions:<3} first run {run.wall:7.2f} s (not measured)")
+        elif mode not in best or run.wall < best[mode].wall:
+            best[mode] = run
     return {mode: best[mode] for mode in modes}
 
 

@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -49,22 +50,29 @@ def ratio(values: list[float]) -> float:
     return max(values) / median if median > 0 else float("inf")
 
 
+def interleaved(modes: tuple[str, ...], rounds: int) -> Iterator[tuple[int, str]]:
+    """(round, mode) for `rounds` rounds of every mode, each round starting with the next mode, so
+    a drift in the machine's speed reaches all of them and none always runs first."""
+    for attempt in range(rounds):
+        shift = attempt % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
+            yield attempt, mode
+
+
 def measure(
     spark, spec, modes: tuple[str, ...], partitions: int, work: Path, repeat: int, group_cost: int
 ) -> dict[str, dict]:
     """Best-of-`repeat` wall time per mode, the modes' runs interleaved (each round starts with the
     next mode) so a drift in the machine's speed reaches all of them; task stats from the fastest."""
     best: dict[str, dict] = {}
-    for attempt in range(repeat):
-        shift = attempt % len(modes)
-        for partitioning in modes[shift:] + modes[:shift]:
-            out = work / f"{partitioning}-{partitions}-{attempt}"
-            started = time.perf_counter()
-            summary = run_batch(spark, spec, out, partitioning, partitions, report=False, group_cost=group_cost)
-            wall = time.perf_counter() - started
-            shutil.rmtree(out, ignore_errors=True)
-            if partitioning not in best or wall < best[partitioning]["wall"]:
-                best[partitioning] = {"wall": wall, "summary": summary}
+    for attempt, partitioning in interleaved(modes, repeat):
+        out = work / f"{partitioning}-{partitions}-{attempt}"
+        started = time.perf_counter()
+        summary = run_batch(spark, spec, out, partitioning, partitions, report=False, group_cost=group_cost)
+        wall = time.perf_counter() - started
+        shutil.rmtree(out, ignore_errors=True)
+        if partitioning not in best or wall < best[partitioning]["wall"]:
+            best[partitioning] = {"wall": wall, "summary": summary}
     return {partitioning: _row(partitioning, partitions, run["wall"], run["summary"]) for partitioning, run in best.items()}
 
 

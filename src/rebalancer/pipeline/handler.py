@@ -208,7 +208,10 @@ def report_task_stats(fn: Callable[[pd.DataFrame], pd.DataFrame], stats: Any | N
     return handle
 
 
-def _timed_call(fn: Callable[[Any], Any], data: Any, rows: int, stats: Any | None, with_columns: Any) -> Any:
+StatsColumns = Callable[[Any, int, int, float, float], Any]  # (out, pid, rows, started, ended) -> out
+
+
+def _timed_call(fn: Callable[[Any], Any], data: Any, rows: int, stats: Any | None, with_columns: StatsColumns) -> Any:
     """`fn(data)`, reported to `stats`, or with `with_columns` (its stats columns) when None."""
     from pyspark import TaskContext
 
