@@ -3,7 +3,7 @@
 Settings, each run with both partitionings on the same input and the same SparkSession:
 - `--partitions 16`: the skew ratios (max/median task rows);
 - partitions == Spark's cores: the wall-clock ratio, where one straggler decides the run (the
-  fastest of `--wall-repeat` runs per mode, 3 by default, the modes' runs interleaved);
+  fastest of `--wall-repeat` runs per mode, 5 by default, the modes' runs interleaved);
 - partitions == 64: the measured task seconds, list-scheduled onto 64 cores, project a cluster's
   makespan (on this machine 64 tasks queue on few cores, which hides the straggler).
 
@@ -71,6 +71,8 @@ def measure(
         summary = run_batch(spark, spec, out, partitioning, partitions, report=False, group_cost=group_cost)
         wall = time.perf_counter() - started
         shutil.rmtree(out, ignore_errors=True)
+        if repeat > 1:
+            print(f"  {partitioning:>8} p={partitions:<3} run {attempt + 1}  {wall:7.2f} s", flush=True)
         if partitioning not in best or wall < best[partitioning]["wall"]:
             best[partitioning] = {"wall": wall, "summary": summary}
     return {partitioning: _row(partitioning, partitions, run["wall"], run["summary"]) for partitioning, run in best.items()}
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=16, help="the skew setting")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode and setting (best wall counts)")
     parser.add_argument(
-        "--wall-repeat", type=int, default=3, help="runs per mode at partitions == cores, interleaved (best counts)"
+        "--wall-repeat", type=int, default=5, help="runs per mode at partitions == cores, interleaved (best counts)"
     )
     parser.add_argument("--master", default="local[*]", help="any Spark master, e.g. spark://127.0.0.1:7077")
     parser.add_argument("--ship", action="store_true", help="ship the rebalancer package to the executors")

@@ -237,6 +237,25 @@ def test_seconds_plan_uses_the_last_runs_rate_for_a_key_never_seen():
     assert sorted(plan.load) == [2.5, 3.75]
 
 
+@pytest.mark.parametrize(("slow_seconds", "kept"), [(1.14, True), (1.16, False)])
+def test_a_stored_plan_is_kept_while_its_max_over_min_seconds_is_below_1_15(slow_seconds, kept):
+    # Four equal keys, two per slot; measured, the keys of slot 0 take `slow_seconds` each.
+    counts = {(key,): 100 for key in "abcd"}
+    previous = {ApplyItem(("a",)): 0, ApplyItem(("b",)): 0, ApplyItem(("c",)): 1, ApplyItem(("d",)): 1}
+    measured = {
+        ("a",): KeyCost(100, slow_seconds, 1),
+        ("b",): KeyCost(100, slow_seconds, 1),
+        ("c",): KeyCost(100, 1.0, 1),
+        ("d",): KeyCost(100, 1.0, 1),
+    }
+    plan = plan_keys(counts, {}, 2, ["key"], cost="seconds", measured=measured, previous=previous)
+    if kept:
+        assert plan.owner == previous and plan.moves == [] and plan.skipped == "load ratio max/min 1.140 < skip_ratio 1.15"
+    else:
+        assert plan.skipped is None and len(plan.moves) == 2  # one swap: a slow key for a fast one
+        assert plan.load == pytest.approx([1.0 + slow_seconds] * 2)
+
+
 def test_by_seconds_a_key_is_split_at_least_as_finely_as_by_rows():
     # hot: 600 of 1,000 rows, but measured cheap (1 s of 10 s): by seconds alone it would stay whole.
     counts = {("hot",): 600, **{(f"k{i}",): 50 for i in range(8)}}

@@ -10,7 +10,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from rebalancer.pipeline.generate import FORMATS, GenerateConfig
+from rebalancer.pipeline.generate import GenerateConfig
+from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.paths import is_remote, join, local_path, location_argument
 
 if TYPE_CHECKING:

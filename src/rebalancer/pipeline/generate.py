@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rebalancer.pipeline.ingest import FORMATS  # what the generator writes is what a run reads
+
 log = logging.getLogger(__name__)
 
-FORMATS = ("parquet", "csv", "jsonl")
 START = np.datetime64("2026-01-01T00:00:00", "ms")
 # Kinds of bad rows the generator plants; each maps to one quarantine reason.
 BAD_KINDS = (
