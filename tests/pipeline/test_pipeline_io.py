@@ -271,15 +271,27 @@ def test_timestamps_without_offset_are_utc_whatever_the_session_zone(spark, tmp_
     data = tmp_path / "in.csv"
     pd.DataFrame([{"ts": "2026-01-01T23:30:00", "type": "a", "entity": "e", "value": 1.0}]).to_csv(data, index=False)
     compressed = "spark.sql.inMemoryColumnarStorage.compressed"
+    arrow_bytes = "spark.sql.execution.arrow.maxBytesPerBatch"
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     spark.conf.set(compressed, "true")
+    spark.conf.set(arrow_bytes, "1m")
+    during: list[tuple[str, str | None, str | None]] = []
+
+    def progress(stage: str) -> None:
+        during.append((stage, spark.conf.get(arrow_bytes), spark.conf.get("spark.sql.session.timeZone")))
+
     try:
-        run_batch(spark, inspect_input(data), tmp_path / "out", "hash", 1, report=False)
+        run_batch(spark, inspect_input(data), tmp_path / "out", "hash", 1, progress=progress, report=False)
         assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"  # restored
         assert spark.conf.get(compressed) == "true"  # the run's uncompressed cache setting is undone too
+        assert spark.conf.get(arrow_bytes) == "1m"  # and so is its uncapped Arrow batch size
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.unset(compressed)
+        spark.conf.unset(arrow_bytes)
+    # While the run lasts, its settings hold: Arrow batches are bounded by rows alone.
+    assert {stage for stage, _, _ in during} >= {"read and count", "dispatch and persist"}
+    assert {(b, zone) for _, b, zone in during} == {(str(2**31 - 1), "UTC")}
     metrics = pd.read_parquet(tmp_path / "out" / "metrics")
     assert metrics["minute"].dt.tz_convert("UTC").tolist() == [pd.Timestamp("2026-01-01T23:30:00Z")]
     assert metrics["date"].astype(str).tolist() == ["2026-01-01"]

@@ -126,6 +126,19 @@ def test_the_slot_handler_makes_one_call_per_task_and_none_for_an_empty_task():
     assert carried.column("_stats_only").unique().to_pylist() == [False]
 
 
+def test_aggregate_is_unchanged_when_group_ids_are_renumbered_to_fit(monkeypatch):
+    """Group ids that would outgrow int64 are renumbered densely first; a tiny limit forces that."""
+    from rebalancer.pipeline import handler
+
+    frame = _frame(4000, 3)
+    frame["minute"] = frame["minute"] * 10**9  # a wide minute span
+    expected = aggregate(frame)
+    monkeypatch.setattr(handler, "_KEY_LIMIT", 16)
+    renumbered = aggregate(frame)
+    pd.testing.assert_frame_equal(renumbered, expected)
+    assert len(expected) == frame.groupby(["type", "entity", "minute"]).ngroups
+
+
 def test_partition_keys_land_on_their_slot():
     for n in (1, 2, 4, 16, 64):
         keys = partition_keys(n)

@@ -112,30 +112,61 @@ def aggregate_arrow(table: pa.Table) -> pa.Table:
     return pa.table([columns[name] for name in METRIC_COLUMNS], schema=HANDLER_ARROW_SCHEMA)
 
 
+_KEY_LIMIT = 1 << 62  # products of spans stay below this: int64 arithmetic never overflows
+
+
+def _dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """`ids` renumbered 0..k-1 in the same order, and k."""
+    uniques, inverse = np.unique(ids, return_inverse=True)
+    return inverse.astype(np.int64, copy=False).reshape(-1), len(uniques)
+
+
+def _sorted_groups(
+    type_codes: np.ndarray, entity_codes: np.ndarray, minutes: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group id, value, row) of every row, sorted by (type, entity, minute) and then value.
+
+    A row's group id numbers its (type, entity, minute) in that order, and its value's rank among
+    all the values is placed below it, so one sort of those ints orders the groups and each group's
+    values at once. `np.lexsort` over the four columns took twice as long (2.5M rows: 1.05 s).
+    """
+    n = len(values)
+    minute_codes, minute_span = _dense(minutes)
+    ids, span = type_codes.astype(np.int64, copy=False), int(type_codes.max()) + 1
+    for codes, size in ((entity_codes, int(entity_codes.max()) + 1), (minute_codes, minute_span)):
+        if span * size >= _KEY_LIMIT:
+            ids, span = _dense(ids)
+        ids, span = ids * size + codes, span * size
+    if span * n >= _KEY_LIMIT:
+        ids, span = _dense(ids)
+    by_value = np.argsort(values)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_value] = np.arange(n, dtype=np.int64)
+    keys = np.sort(ids * n + rank)
+    groups = keys // n
+    rows = by_value[keys - groups * n]
+    return groups, values[rows], rows
+
+
 def _metrics(
     type_codes: np.ndarray, entity_codes: np.ndarray, minutes: np.ndarray, values: np.ndarray
 ) -> dict[str, Any]:
     """The metrics of each (type, entity, minute) run after one sort; "type" and "entity" as codes."""
     if not len(values):
         return {name: np.empty(0, dtype=np.float64 if index > 3 else np.int64) for index, name in enumerate(METRIC_COLUMNS)}
-    order = np.lexsort((values, minutes, entity_codes, type_codes))
-    t_sorted = type_codes[order]
-    e_sorted = entity_codes[order]
-    m_sorted = minutes[order]
-    v_sorted = values[order]
+    groups, v_sorted, rows = _sorted_groups(type_codes, entity_codes, minutes, values)
     n = len(v_sorted)
     change = np.empty(n, dtype=bool)
     change[0] = True
-    change[1:] = (
-        (t_sorted[1:] != t_sorted[:-1]) | (e_sorted[1:] != e_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])
-    )
+    change[1:] = groups[1:] != groups[:-1]
     starts = np.flatnonzero(change)
     counts = np.diff(np.append(starts, n))
     sums = np.add.reduceat(v_sorted, starts)
+    first = rows[starts]
     result: dict[str, Any] = {
-        "type": t_sorted[starts],
-        "entity": e_sorted[starts],
-        "minute": m_sorted[starts],
+        "type": type_codes[first],
+        "entity": entity_codes[first],
+        "minute": minutes[first],
         "count": counts.astype(np.int64),
         "sum": sums,
         "min": v_sorted[starts],

@@ -19,6 +19,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+from rebalancer.pipeline.lookup import PerfectHash, constant_array, murmur3_int
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -26,27 +28,6 @@ log = logging.getLogger(__name__)
 
 SHARD_BUCKETS = 64
 WHOLE = -1  # the shard of an item that is a whole type
-SEED = 42  # Spark's Murmur3Hash seed for hash() and HashPartitioning
-_MASK = 0xFFFFFFFF
-
-
-def _rotl(value: int, bits: int) -> int:
-    return ((value << bits) | (value >> (32 - bits))) & _MASK
-
-
-def murmur3_int(value: int, seed: int = SEED) -> int:
-    """Spark's Murmur3_x86_32.hashInt, as a signed 32-bit int."""
-    k1 = (value & _MASK) * 0xCC9E2D51 & _MASK
-    k1 = _rotl(k1, 15) * 0x1B873593 & _MASK
-    h1 = seed ^ k1
-    h1 = (_rotl(h1, 13) * 5 + 0xE6546B64) & _MASK
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = h1 * 0x85EBCA6B & _MASK
-    h1 ^= h1 >> 13
-    h1 = h1 * 0xC2B2AE35 & _MASK
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
 def partition_keys(partitions: int) -> list[int]:
@@ -306,38 +287,36 @@ def hash_plan(type_counts: Mapping[str, int], hash_slots: Mapping[str, int], par
 def with_slot_key(frame: DataFrame, plan: SlotPlan, name: str) -> DataFrame:
     """`frame` plus an int column `name`: the key Spark's hash partitioner sends to the row's slot.
 
-    The item -> key table is broadcast and joined (a hashed lookup; a literal map would be scanned
-    linearly for every row). A broadcast join moves no rows between tasks: it adds no shuffle.
+    A perfect hash of the types (`lookup.PerfectHash`: a per-row expression, no join, no shuffle)
+    gives a whole type's slot key, or, for a split type, -1 - s: its entity buckets' slot keys
+    start at s in a second constant array.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     keys = partition_keys(plan.partitions)
-    rows = []
+    sharded = sorted(set(plan.sharded))
+    start = {type_name: index * SHARD_BUCKETS for index, type_name in enumerate(sharded)}
+    entries = {type_name: -1 - start[type_name] for type_name in sharded}
+    shard_keys: list[int | None] = [None] * (len(sharded) * SHARD_BUCKETS)
     for item, slot in plan.owner.items():
-        if item.shard == WHOLE:
-            rows.append((item.type_name, -1, keys[slot]))
-        else:
-            buckets = plan.shard_buckets(item.type_name, item.shard)
-            rows.extend((item.type_name, bucket, keys[slot]) for bucket in buckets)
-    schema = StructType(
-        [
-            StructField("_plan_type", StringType(), False),
-            StructField("_plan_bucket", IntegerType(), False),
-            StructField("_plan_key", IntegerType(), False),
-        ]
+        if item.type_name not in start:
+            if item.shard == WHOLE:
+                entries[item.type_name] = keys[slot]
+            continue
+        if item.shard != WHOLE:
+            for bucket in plan.shard_buckets(item.type_name, item.shard):
+                shard_keys[start[item.type_name] + bucket] = keys[slot]
+    entry, type_hash = f"{name}__entry", f"{name}__type_hash"
+    keyed = PerfectHash.build(entries).lookup(
+        frame.withColumn(type_hash, F.hash("type")), "type", entry, type_hash
     )
-    table = frame.sparkSession.createDataFrame(rows, schema)
-    sharded = F.col("type").isin(*plan.sharded) if plan.sharded else F.lit(False)
-    bucket = F.when(sharded, F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))).otherwise(F.lit(-1)).cast("int")
-    all_keys = F.array(*[F.lit(k) for k in keys])
-    # Types the plan has not seen (a stream's new types) fall back to Spark's hash of the type.
-    fallback = F.element_at(all_keys, (F.pmod(F.hash("type"), F.lit(plan.partitions)) + 1).cast("int"))
-    joined = frame.withColumn("_plan_lookup", bucket).join(
-        F.broadcast(table),
-        (F.col("type") == F.col("_plan_type")) & (F.col("_plan_lookup") == F.col("_plan_bucket")),
-        "left",
-    )
-    return joined.withColumn(name, F.coalesce(F.col("_plan_key"), fallback).cast("int")).drop(
-        "_plan_lookup", "_plan_type", "_plan_bucket", "_plan_key"
-    )
+    found = F.col(entry)
+    if sharded:
+        entity_bucket = F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))
+        shard_key = F.element_at(constant_array(shard_keys, "int"), (-found + entity_bucket).cast("int"))
+        found = F.when(found >= 0, found).otherwise(shard_key)
+    # Types the plan has not seen (a stream's new types), and a split type's entity buckets the
+    # counting never saw, fall back to Spark's hash of the type.
+    hashed = F.pmod(F.col(type_hash), F.lit(plan.partitions)) + 1
+    fallback = F.element_at(constant_array(keys, "int"), hashed.cast("int"))
+    return keyed.withColumn(name, F.coalesce(found, fallback).cast("int")).drop(entry, type_hash)
