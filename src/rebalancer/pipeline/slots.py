@@ -294,7 +294,7 @@ def with_slot_key(frame: DataFrame, plan: SlotPlan, name: str) -> DataFrame:
     from pyspark.sql import functions as F
 
     keys = partition_keys(plan.partitions)
-    sharded = sorted(set(plan.sharded))
+    sharded = sorted(plan.sharded)
     start = {type_name: index * SHARD_BUCKETS for index, type_name in enumerate(sharded)}
     entries = {type_name: -1 - start[type_name] for type_name in sharded}
     shard_keys: list[int | None] = [None] * (len(sharded) * SHARD_BUCKETS)
@@ -302,8 +302,7 @@ def with_slot_key(frame: DataFrame, plan: SlotPlan, name: str) -> DataFrame:
         if item.type_name not in start:
             if item.shard == WHOLE:
                 entries[item.type_name] = keys[slot]
-            continue
-        if item.shard != WHOLE:
+        elif item.shard != WHOLE:
             for bucket in plan.shard_buckets(item.type_name, item.shard):
                 shard_keys[start[item.type_name] + bucket] = keys[slot]
     entry, type_hash = f"{name}__entry", f"{name}__type_hash"
