@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -214,6 +217,13 @@ def test_bad_arguments_raise_value_error_naming_them(spark, kwargs, message):
         balanced_apply(df, **arguments)
 
 
+def test_a_column_with_the_reserved_prefix_is_refused_by_name(spark):
+    df = spark.createDataFrame([("a", 1.0, 0)], "key string, v double, __rebalancer_h int")
+    message = "df: column '__rebalancer_h' is reserved by balanced_apply (prefix '__rebalancer_')"
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
+        balanced_apply(df, "key", count_and_sum, SCHEMA)
+
+
 def test_an_exception_in_func_names_the_key_it_failed_on(spark):
     df = spark.createDataFrame([("good", 1.0), ("bad-key", 2.0)], "key string, v double")
 
@@ -368,14 +378,43 @@ def test_a_task_begins_once_at_the_clocks_start(monkeypatch):
     assert cloudpickle.loads(cloudpickle.dumps(clock)).begin(3, 200.0) == 100.0  # a new task: afresh
 
 
+def _in_a_new_thread(body: Callable[[], Any]) -> Any:
+    """`body`'s result, run on a thread of its own: the schedstat reader's state is per thread."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(("ok", body()))
+        except BaseException as exc:  # re-raised on the test's thread
+            outcome.append(("error", exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return value
+
+
 def test_the_own_clock_stops_while_the_thread_waits_for_a_cpu(monkeypatch, tmp_path):
     stat = tmp_path / "schedstat"
     monkeypatch.setattr(apply, "_SCHEDSTAT", str(stat))
-    monkeypatch.setattr(apply.time, "time", lambda: 1000.0)
-    stat.write_text("5000000000 2500000000 17\n")  # 5 s on a CPU, 2.5 s queued for one
-    assert apply.queued_seconds() == 2.5 and apply.own_clock() == 997.5
-    stat.unlink()  # no schedstat (not Linux): wall clock
-    assert apply.queued_seconds() == 0.0 and apply.own_clock() == 1000.0
+    monkeypatch.setattr(apply.time, "monotonic", lambda: 1000.0)
+
+    def readings() -> list[tuple[float, float]]:
+        seen = []
+        stat.write_text("5000000000 2500000000 17\n")  # 5 s on a CPU, 2.5 s queued for one
+        seen.append((apply.queued_seconds(), apply.own_clock()))
+        stat.write_text("5100000000 3000000000 18\n")  # the open file is read afresh
+        seen.append((apply.queued_seconds(), apply.own_clock()))
+        stat.write_text("garbled\n")  # a failed read keeps the last value: no jump of 3 s
+        seen.append((apply.queued_seconds(), apply.own_clock()))
+        return seen
+
+    assert _in_a_new_thread(readings) == [(2.5, 997.5), (3.0, 997.0), (3.0, 997.0)]
+    monkeypatch.setattr(apply, "_SCHEDSTAT", str(tmp_path / "absent"))  # no schedstat (not Linux)
+    assert _in_a_new_thread(lambda: (apply.queued_seconds(), apply.own_clock())) == (0.0, 1000.0)
 
 
 def test_every_task_reports_one_wait_before_its_first_call(spark):

@@ -111,6 +111,88 @@ def test_keys_the_plan_never_saw_are_grouped_as_spark_groups_them(spark, conf, m
     assert sum(stats.calls) == len(keys) and sum(stats.rows) == len(data)
 
 
+def one_key_where(frame: pd.DataFrame) -> pd.DataFrame:
+    from pyspark import TaskContext
+
+    return pd.DataFrame(
+        {
+            "k": [frame["k"].iloc[0]],
+            "n": [len(frame)],
+            "total": [frame["v"].sum()],
+            "pid": [TaskContext.get().partitionId()],
+        }
+    )
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_unplanned_keys_of_one_string_column_run_where_sparks_hash_puts_them(
+    spark, conf, monkeypatch, partitions
+):
+    """The perfect-hash path: keys the counting missed (the null key and the empty string among
+    them) still make one call each, with all their rows, on the task Spark's hash of the key picks."""
+    from rebalancer.pipeline.lookup import SEED, murmur3_text
+
+    conf(BATCH_ROWS, "4")
+    keys = ["a", "b", None, "c", "", "d"]
+    data = [(k, float(i * 10 + j)) for i, k in enumerate(keys) for j in range(1 + i)]
+    df = spark.createDataFrame(data, "k string, v double")
+    schema = "k string, n long, total double, pid int"
+    expected = ordered(df.groupBy("k").applyInPandas(one_key_where, schema).toPandas(), ["n"])
+
+    counted = apply_module._count_keys
+    seen = {("a",), ("c",)}
+    monkeypatch.setattr(
+        apply_module,
+        "_count_keys",
+        lambda *args: {key: rows for key, rows in counted(*args).items() if key in seen},
+    )
+    result = balanced_apply(df, "k", one_key_where, schema, partitions=partitions)
+    assert set(result.plan.owner) == {apply_module.ApplyItem(key) for key in seen}
+    got = ordered(result.frame.toPandas(), ["n"])
+    pd.testing.assert_frame_equal(got.drop(columns="pid"), expected.drop(columns="pid"))
+    for key, pid in zip(got["k"], got["pid"]):
+        if (key,) in seen:
+            assert [pid] == result.plan.slot_of(key)
+        else:  # Spark's hash() of a null is its seed
+            assert pid == (SEED if key is None else murmur3_text(key)) % partitions, key
+    stats = result.task_stats()
+    assert sum(stats.calls) == len(keys) and sum(stats.rows) == len(data)
+
+
+def test_a_collated_string_key_groups_as_its_collation_does(spark):
+    """Equal under UTF8_LCASE, "A" and "a" are one group in Spark: the item join (not the
+    byte-wise perfect hash) keeps them one call."""
+    data = [("A", 1.0), ("a", 2.0), ("b", 4.0), ("B", 8.0), ("c", 16.0)]
+    df = spark.createDataFrame(data, "k string collate UTF8_LCASE, v double")
+    schema = "n long, total double"
+
+    def sums(frame: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"n": [len(frame)], "total": [frame["v"].sum()]})
+
+    expected = ordered(df.groupBy("k").applyInPandas(sums, schema).toPandas(), ["total"])
+    assert expected["n"].tolist() == [2, 2, 1]  # totals 3, 12 and 16
+    result = balanced_apply(df, "k", sums, schema, partitions=2)
+    pd.testing.assert_frame_equal(ordered(result.frame.toPandas(), ["total"]), expected)
+    assert sum(result.task_stats().calls) == 3
+
+
+@pytest.mark.parametrize(("limit", "joined"), [(10, False), (3, True)])
+def test_a_string_key_uses_the_perfect_hash_up_to_lookup_items(spark, monkeypatch, limit, joined):
+    """Five keys: a perfect hash finds their items while LOOKUP_ITEMS allows, a broadcast join
+    beyond it; the rows and calls are the same either way."""
+    monkeypatch.setattr(apply_module, "LOOKUP_ITEMS", limit)
+    data = [(k, float(i)) for i, k in enumerate(["a", "b", "c", "d", None] * 3)]
+    df = spark.createDataFrame(data, "k string, v double")
+    schema = "k string, n long, total double, pid int"
+    result = balanced_apply(df, "k", one_key_where, schema, partitions=2)
+    got = ordered(result.frame.toPandas(), ["k"])
+    assert got["n"].tolist() == [3] * 5 and got["total"].tolist() == [27.0, 15.0, 18.0, 21.0, 24.0]  # null first
+    for key, pid in zip(got["k"], got["pid"]):
+        assert [pid] == result.plan.slot_of(key)
+    physical = result.frame._jdf.queryExecution().executedPlan().toString()
+    assert ("BroadcastHashJoin" in physical) is joined, physical
+
+
 def _error_line(excinfo: pytest.ExceptionInfo[BaseException], error_class: str) -> str:
     found = re.search(rf"\[{error_class}\][^\n]*", str(excinfo.value))
     assert found, str(excinfo.value)[-2000:]

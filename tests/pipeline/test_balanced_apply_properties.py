@@ -189,6 +189,9 @@ def test_one_exchange_and_every_key_on_its_planned_slot(spark) -> None:
         out = result.frame.collect()
         found = exchanges(result.frame)
         assert len(found) == 1, found
+        # One string key column: a perfect hash finds each row's item, with no join or broadcast.
+        physical = result.frame._jdf.queryExecution().executedPlan().toString()
+        assert "Join" not in physical and "Broadcast" not in physical, physical
         assert re.search(rf"hashpartitioning\(__rebalancer_slot#\d+, {partitions}\)", found[0]), found
         # Every call ran in the partition its slot names.
         for key, _entity, pid in out:

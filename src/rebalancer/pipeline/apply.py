@@ -17,6 +17,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pyspark.accumulators import AccumulatorParam
 
 from rebalancer.pipeline.handler import TaskStatsParam, task_stats
+from rebalancer.pipeline.lookup import PerfectHash, constant_array
 from rebalancer.pipeline.session import default_parallelism, is_connect
 from rebalancer.pipeline.slots import SHARD_BUCKETS, WHOLE, pack_shards, partition_keys, place
 
@@ -38,10 +40,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COSTS = ("rows", "seconds")
-# Columns added for the grouped map; a user's frame may not use these names.
+# Columns added for the grouped map; a user's frame may not use names with this prefix.
+RESERVED_PREFIX = "__rebalancer_"
 SLOT_COLUMN = "__rebalancer_slot"
 ITEM_COLUMN = "__rebalancer_item"
 COMBINE_COLUMN = "__rebalancer_combine"
+# Plans of up to this many items (keys and shards) find a row's item in a perfect hash of constant
+# arrays (a few hundred KB of plan at most); larger ones join a broadcast table, which scales.
+LOOKUP_ITEMS = 10_000
 _NULL_BITS = 30  # key columns whose nulls an unseen key's item records (see `_with_slot_columns`)
 STORE_VERSION = 1
 
@@ -317,22 +323,38 @@ class SumParam(AccumulatorParam):
 
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
+_schedstat = threading.local()  # per thread: its open schedstat file and the last value read
 
 
 def queued_seconds() -> float:
-    """Seconds this thread has been runnable but waiting for a CPU (Linux's schedstat); 0.0 elsewhere."""
+    """Seconds this thread has been runnable but waiting for a CPU (Linux's schedstat); 0.0 elsewhere.
+
+    The file stays open per thread (and process: a forked worker opens its own) and is re-read in
+    place, a tenth of the cost of opening it per call. A read that fails gives the last value read,
+    never 0.0 after a good one: a clock that lost a thread's whole queued time would jump.
+    """
+    state = _schedstat.__dict__
     try:
-        with open(_SCHEDSTAT, "rb") as stat:
-            return int(stat.read().split()[1]) / 1e9
+        handle = state.get("handle")
+        if handle is None or state.get("opened") != (os.getpid(), _SCHEDSTAT):
+            if handle is not None:
+                handle.close()
+                state["handle"] = None
+            handle = open(_SCHEDSTAT, "rb", buffering=0)
+            state["handle"], state["opened"] = handle, (os.getpid(), _SCHEDSTAT)
+        value = int(os.pread(handle.fileno(), 256, 0).split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return float(state.get("last", 0.0))
+    state["last"] = value
+    return value
 
 
 def own_clock() -> float:
-    """Wall seconds less the time spent waiting for a CPU: how long work would take on a core of
-    its own. On a shared or oversubscribed executor, wall time also measures the neighbours' load,
-    which changes between runs; a plan weighted by it would chase that noise."""
-    return time.time() - queued_seconds()
+    """Monotonic seconds less the time spent waiting for a CPU: how long work would take on a core
+    of its own. On a shared or oversubscribed executor, wall time also measures the neighbours'
+    load, which changes between runs; a plan weighted by it would chase that noise. Monotonic, so
+    a step of the system clock cannot shorten or stretch a call."""
+    return time.monotonic() - queued_seconds()
 
 
 class TaskClock:
@@ -597,9 +619,9 @@ def _check_arguments(
         isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
     ):
         raise ValueError(f"max_moves must be an int >= 0, got {max_moves!r}")
-    reserved = columns & {SLOT_COLUMN, ITEM_COLUMN, COMBINE_COLUMN}
+    reserved = sorted(name for name in columns if name.startswith(RESERVED_PREFIX))
     if reserved:
-        raise ValueError(f"df: column {sorted(reserved)[0]!r} is reserved by balanced_apply")
+        raise ValueError(f"df: column {reserved[0]!r} is reserved by balanced_apply (prefix {RESERVED_PREFIX!r})")
 
 
 def parse_schema(spark: SparkSession, schema: Any) -> StructType:
@@ -681,36 +703,132 @@ def _same_key(
     return condition
 
 
-def _with_slot_columns(
-    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None
-) -> DataFrame:
-    """`df` plus the slot key (an int Spark hashes to the planned slot) and the item index.
-
-    The item table is broadcast and joined on the key: a hashed lookup that moves no rows between
-    tasks. A whole key has one row (bucket -1); a split key one per `split_by` bucket, of which
-    the row's own bucket is kept. A split key's buckets the counting never saw (a frame that
-    changed since) join its lightest shard, so `combine` still merges all of the key's outputs.
-    """
-    from pyspark.sql import functions as F
-
-    keys = partition_keys(plan.partitions)
+def _lightest_shards(plan: ApplyPlan, index: list[ApplyItem]) -> dict[Key, ApplyItem]:
+    """Each split key's lightest shard: where its `split_by` buckets the counting never saw go (a
+    frame that changed since), so `combine` still merges all of the key's outputs."""
     lightest: dict[Key, ApplyItem] = {}
     for item in index:
         if item.shard != WHOLE:
             best = lightest.get(item.key)
             if best is None or (plan.item_rows[item], item.shard) < (plan.item_rows[best], best.shard):
                 lightest[item.key] = item
+    return lightest
+
+
+def _shard_buckets(plan: ApplyPlan, item: ApplyItem, lightest: Mapping[Key, ApplyItem]) -> list[int]:
+    """The `split_by` buckets a split key's shard runs: those planned to it, and every bucket the
+    counting never saw if it is the key's lightest shard."""
+    seen = plan.shard_of[item.key]
+    buckets = [b for b, shard in seen.items() if shard == item.shard]
+    if lightest[item.key] == item:
+        buckets.extend(b for b in range(SHARD_BUCKETS) if b not in seen)
+    return buckets
+
+
+def _unplanned_item(df: DataFrame, key_columns: list[str]) -> Column:
+    """The item of a key the plan has not seen (a non-deterministic frame): -1 - (which key columns
+    are null). Pandas shows a null double as NaN, so a null key and a NaN key would look alike to
+    the grouping in Python (`_unseen_groups`) but for this."""
+    from pyspark.sql import functions as F
+
+    nulls = F.lit(0)
+    for bit, name in enumerate(key_columns[:_NULL_BITS]):
+        nulls = nulls + F.when(df[name].isNull(), F.lit(1 << bit)).otherwise(F.lit(0))
+    return F.lit(-1) - nulls
+
+
+def _hashed_slot_key(hashed: Column, keys: list[int]) -> Column:
+    """The slot key of the slot Spark's hash of the key would choose: where unplanned keys run."""
+    from pyspark.sql import functions as F
+
+    return F.element_at(constant_array(keys, "int"), (F.pmod(hashed, F.lit(len(keys))) + 1).cast("int"))
+
+
+def _by_lookup(df: DataFrame, key_columns: list[str], items: int) -> bool:
+    """One key column of strings compared byte by byte (no collation), what `PerfectHash` matches,
+    and few enough items that its arrays stay small constants in the plan (LOOKUP_ITEMS)."""
+    from pyspark.sql.types import StringType
+
+    if len(key_columns) != 1 or items > LOOKUP_ITEMS:
+        return False
+    data_type = df.schema[key_columns[0]].dataType
+    return isinstance(data_type, StringType) and data_type == StringType()
+
+
+def _with_slot_columns(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None
+) -> DataFrame:
+    """`df` plus the slot key (an int Spark hashes to the planned slot) and the item index.
+
+    A key of one plain string column is looked up per row in a perfect hash (`lookup.PerfectHash`:
+    constant arrays, no join and no broadcast job); other keys, or more than LOOKUP_ITEMS items,
+    join a broadcast table of the items.
+    A whole key gives its item; a split key gives its shard by the row's `split_by` bucket.
+    """
+    if _by_lookup(df, plan.key_columns, len(index)):
+        return _with_slot_columns_by_lookup(df, plan, index, split_by)
+    return _with_slot_columns_by_join(df, plan, index, split_by)
+
+
+def _with_slot_columns_by_lookup(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None
+) -> DataFrame:
+    """`_with_slot_columns` for one string key column. The perfect hash maps a whole key to its
+    item, and a split key to -1 - s: the items of its `split_by` buckets start at s in a second
+    constant array. A null key (which no hash holds) is matched apart."""
+    from pyspark.sql import functions as F
+
+    (name,) = plan.key_columns
+    keys = partition_keys(plan.partitions)
+    lightest = _lightest_shards(plan, index)
+    split_keys = sorted({item.key for item in index if item.shard != WHOLE}, key=repr)
+    start = {key: n * SHARD_BUCKETS for n, key in enumerate(split_keys)}
+    entries: dict[Key, int] = {key: -1 - first for key, first in start.items()}
+    bucket_items = [-1] * (len(split_keys) * SHARD_BUCKETS)
+    for position, item in enumerate(index):
+        if item.shard == WHOLE:
+            entries[item.key] = position
+        else:
+            for bucket in _shard_buckets(plan, item, lightest):
+                bucket_items[start[item.key] + bucket] = position
+    null_entry = entries.pop((None,), None)
+    hashed, entry = "__rebalancer_h", "__rebalancer_e"
+    keyed = PerfectHash.build({key[0]: value for key, value in entries.items()}).lookup(
+        df.withColumn(hashed, F.hash(df[name])), name, entry, hashed
+    )
+    found = F.col(entry)
+    if null_entry is not None:
+        found = F.when(F.col(name).isNull(), F.lit(null_entry)).otherwise(found)
+    if split_keys and split_by is not None:
+        own_bucket = F.pmod(F.hash(F.col(split_by)), F.lit(SHARD_BUCKETS))
+        shard_item = F.element_at(constant_array(bucket_items, "int"), (-found + own_bucket).cast("int"))
+        found = F.when(found >= 0, found).otherwise(shard_item)
+    item_slot_keys = [keys[plan.owner[item]] for item in index]
+    keyed = keyed.withColumn(ITEM_COLUMN, F.coalesce(found, _unplanned_item(keyed, [name])).cast("int"))
+    slot_key = F.when(
+        F.col(ITEM_COLUMN) >= 0,
+        F.element_at(constant_array(item_slot_keys, "int"), F.col(ITEM_COLUMN) + 1),
+    ).otherwise(_hashed_slot_key(F.col(hashed), keys))
+    return keyed.withColumn(SLOT_COLUMN, slot_key.cast("int")).drop(hashed, entry)
+
+
+def _with_slot_columns_by_join(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None
+) -> DataFrame:
+    """`_with_slot_columns` for any key: the item table is broadcast and joined on the key, a hashed
+    lookup that moves no rows between tasks. A whole key has one row (bucket -1); a split key one
+    per `split_by` bucket, of which the row's own bucket is kept."""
+    from pyspark.sql import functions as F
+
+    keys = partition_keys(plan.partitions)
+    lightest = _lightest_shards(plan, index)
     rows: list[tuple[Key, tuple[int, ...]]] = []
     for position, item in enumerate(index):
         slot_key = keys[plan.owner[item]]
         if item.shard == WHOLE:
             rows.append((item.key, (-1, slot_key, position)))
-            continue
-        seen = plan.shard_of[item.key]
-        buckets = [b for b, shard in seen.items() if shard == item.shard]
-        if lightest[item.key] == item:
-            buckets.extend(b for b in range(SHARD_BUCKETS) if b not in seen)
-        rows.extend((item.key, (b, slot_key, position)) for b in buckets)
+        else:
+            rows.extend((item.key, (b, slot_key, position)) for b in _shard_buckets(plan, item, lightest))
     bucket, slot, item_index = "__rebalancer_b", "__rebalancer_s", "__rebalancer_i"
     items, names = _key_table(df, plan.key_columns, rows, [bucket, slot, item_index])
     table = F.broadcast(items)
@@ -718,18 +836,11 @@ def _with_slot_columns(
     if split_by and plan.split:
         own_bucket = F.pmod(F.hash(df[split_by]), F.lit(SHARD_BUCKETS))
         condition = condition & ((table[bucket] == -1) | (table[bucket] == own_bucket))
-    # A key the plan has not seen (a non-deterministic frame) runs where Spark's hash puts it, as
-    # item -1 - (which key columns are null): pandas shows a null double as NaN, so a null key and
-    # a NaN key would look alike to the grouping in Python (`_unseen_groups`) but for this.
-    hashed = F.pmod(F.hash(*[df[name] for name in plan.key_columns]), F.lit(plan.partitions)) + 1
-    fallback = F.element_at(F.array(*[F.lit(k) for k in keys]), hashed.cast("int"))
-    nulls = F.lit(0)
-    for bit, name in enumerate(plan.key_columns[:_NULL_BITS]):
-        nulls = nulls + F.when(df[name].isNull(), F.lit(1 << bit)).otherwise(F.lit(0))
+    hashed = F.hash(*[df[name] for name in plan.key_columns])
     return df.join(table, condition, "left").select(
         *[df[name] for name in df.columns],
-        F.coalesce(table[slot], fallback).cast("int").alias(SLOT_COLUMN),
-        F.coalesce(table[item_index], F.lit(-1) - nulls).cast("int").alias(ITEM_COLUMN),
+        F.coalesce(table[slot], _hashed_slot_key(hashed, keys)).cast("int").alias(SLOT_COLUMN),
+        F.coalesce(table[item_index], _unplanned_item(df, plan.key_columns)).cast("int").alias(ITEM_COLUMN),
     )
 
 
