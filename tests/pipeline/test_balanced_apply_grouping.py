@@ -193,6 +193,15 @@ def test_a_string_key_uses_the_perfect_hash_up_to_lookup_items(spark, monkeypatc
     assert ("BroadcastHashJoin" in physical) is joined, physical
 
 
+@pytest.mark.parametrize("key", ["k", ["k", "x"]])
+def test_an_empty_frame_gives_no_rows_and_no_calls(spark, key):
+    """Both item lookups (a perfect hash of no keys, a join with an empty table) on no rows."""
+    df = spark.createDataFrame([], "k string, x double, v double")
+    result = balanced_apply(df, key, two_keys, "k string, x double, n long, total double", partitions=3)
+    assert result.plan.owner == {} and result.frame.collect() == []
+    assert result.task_stats().calls == [0, 0, 0]
+
+
 def _error_line(excinfo: pytest.ExceptionInfo[BaseException], error_class: str) -> str:
     found = re.search(rf"\[{error_class}\][^\n]*", str(excinfo.value))
     assert found, str(excinfo.value)[-2000:]
