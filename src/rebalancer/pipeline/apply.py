@@ -28,9 +28,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pyspark.accumulators import AccumulatorParam
 
 from rebalancer.pipeline.handler import TaskStatsParam, task_stats
-from rebalancer.pipeline.lookup import PerfectHash, constant_array
+from rebalancer.pipeline.lookup import constant_array, lookup_by_bucket
 from rebalancer.pipeline.session import default_parallelism, is_connect
-from rebalancer.pipeline.slots import SHARD_BUCKETS, WHOLE, pack_shards, partition_keys, place
+from rebalancer.pipeline.slots import (
+    SHARD_BUCKETS,
+    WHOLE,
+    hashed_slot_key,
+    pack_shards,
+    partition_keys,
+    place,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -339,7 +346,6 @@ def queued_seconds() -> float:
         if handle is None or state.get("opened") != (os.getpid(), _SCHEDSTAT):
             if handle is not None:
                 handle.close()
-                state["handle"] = None
             handle = open(_SCHEDSTAT, "rb", buffering=0)
             state["handle"], state["opened"] = handle, (os.getpid(), _SCHEDSTAT)
         value = int(os.pread(handle.fileno(), 256, 0).split()[1]) / 1e9
@@ -737,13 +743,6 @@ def _unplanned_item(df: DataFrame, key_columns: list[str]) -> Column:
     return F.lit(-1) - nulls
 
 
-def _hashed_slot_key(hashed: Column, keys: list[int]) -> Column:
-    """The slot key of the slot Spark's hash of the key would choose: where unplanned keys run."""
-    from pyspark.sql import functions as F
-
-    return F.element_at(constant_array(keys, "int"), (F.pmod(hashed, F.lit(len(keys))) + 1).cast("int"))
-
-
 def _by_lookup(df: DataFrame, key_columns: list[str], items: int) -> bool:
     """One key column of strings compared byte by byte (no collation), what `PerfectHash` matches,
     and few enough items that its arrays stay small constants in the plan (LOOKUP_ITEMS)."""
@@ -751,8 +750,7 @@ def _by_lookup(df: DataFrame, key_columns: list[str], items: int) -> bool:
 
     if len(key_columns) != 1 or items > LOOKUP_ITEMS:
         return False
-    data_type = df.schema[key_columns[0]].dataType
-    return isinstance(data_type, StringType) and data_type == StringType()
+    return bool(df.schema[key_columns[0]].dataType == StringType())  # a collated string differs
 
 
 def _with_slot_columns(
@@ -773,42 +771,33 @@ def _with_slot_columns(
 def _with_slot_columns_by_lookup(
     df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None
 ) -> DataFrame:
-    """`_with_slot_columns` for one string key column. The perfect hash maps a whole key to its
-    item, and a split key to -1 - s: the items of its `split_by` buckets start at s in a second
-    constant array. A null key (which no hash holds) is matched apart."""
+    """`_with_slot_columns` for one string key column, by `lookup.lookup_by_bucket`: a whole key
+    gives its item, a split key the item of the row's `split_by` bucket (all buckets are filled)."""
     from pyspark.sql import functions as F
 
     (name,) = plan.key_columns
     keys = partition_keys(plan.partitions)
     lightest = _lightest_shards(plan, index)
-    split_keys = sorted({item.key for item in index if item.shard != WHOLE}, key=repr)
-    start = {key: n * SHARD_BUCKETS for n, key in enumerate(split_keys)}
-    entries: dict[Key, int] = {key: -1 - first for key, first in start.items()}
-    bucket_items = [-1] * (len(split_keys) * SHARD_BUCKETS)
+    whole: dict[str | None, int] = {}
+    split: dict[str | None, list[int | None]] = {}
     for position, item in enumerate(index):
         if item.shard == WHOLE:
-            entries[item.key] = position
+            whole[item.key[0]] = position
         else:
+            buckets = split.setdefault(item.key[0], [None] * SHARD_BUCKETS)
             for bucket in _shard_buckets(plan, item, lightest):
-                bucket_items[start[item.key] + bucket] = position
-    null_entry = entries.pop((None,), None)
+                buckets[bucket] = position
     hashed, entry = "__rebalancer_h", "__rebalancer_e"
-    keyed = PerfectHash.build({key[0]: value for key, value in entries.items()}).lookup(
-        df.withColumn(hashed, F.hash(df[name])), name, entry, hashed
+    own_bucket = F.pmod(F.hash(F.col(split_by)), F.lit(SHARD_BUCKETS)) if split_by is not None else F.lit(0)
+    keyed, found = lookup_by_bucket(
+        df.withColumn(hashed, F.hash(df[name])), name, hashed, entry, whole, split, own_bucket
     )
-    found = F.col(entry)
-    if null_entry is not None:
-        found = F.when(F.col(name).isNull(), F.lit(null_entry)).otherwise(found)
-    if split_keys and split_by is not None:
-        own_bucket = F.pmod(F.hash(F.col(split_by)), F.lit(SHARD_BUCKETS))
-        shard_item = F.element_at(constant_array(bucket_items, "int"), (-found + own_bucket).cast("int"))
-        found = F.when(found >= 0, found).otherwise(shard_item)
     item_slot_keys = [keys[plan.owner[item]] for item in index]
     keyed = keyed.withColumn(ITEM_COLUMN, F.coalesce(found, _unplanned_item(keyed, [name])).cast("int"))
     slot_key = F.when(
         F.col(ITEM_COLUMN) >= 0,
         F.element_at(constant_array(item_slot_keys, "int"), F.col(ITEM_COLUMN) + 1),
-    ).otherwise(_hashed_slot_key(F.col(hashed), keys))
+    ).otherwise(hashed_slot_key(F.col(hashed), keys))
     return keyed.withColumn(SLOT_COLUMN, slot_key.cast("int")).drop(hashed, entry)
 
 
@@ -839,7 +828,7 @@ def _with_slot_columns_by_join(
     hashed = F.hash(*[df[name] for name in plan.key_columns])
     return df.join(table, condition, "left").select(
         *[df[name] for name in df.columns],
-        F.coalesce(table[slot], _hashed_slot_key(hashed, keys)).cast("int").alias(SLOT_COLUMN),
+        F.coalesce(table[slot], hashed_slot_key(hashed, keys)).cast("int").alias(SLOT_COLUMN),
         F.coalesce(table[item_index], _unplanned_item(df, plan.key_columns)).cast("int").alias(ITEM_COLUMN),
     )
 

@@ -219,6 +219,42 @@ class PerfectHash:
         return frame.withColumn(out, found.cast("int")).drop(*helpers)
 
 
+def lookup_by_bucket(
+    frame: DataFrame,
+    key: str,
+    key_hash: str,
+    out: str,
+    whole: Mapping[str | None, int],
+    split: Mapping[str | None, Sequence[int | None]],
+    bucket: Column,
+) -> tuple[DataFrame, Column]:
+    """`frame` with a helper int column `out`, and the value for each row: `whole[key]` (>= 0), or
+    for a split key `split[key][bucket]` (`bucket` a per-row int within the key's list); null for a
+    key in neither, or a None entry. The caller drops `out` once it has used the value.
+
+    The perfect hash maps a whole key to its value and a split key to -1 - s: its values start at s
+    in one constant array of all split keys' lists. A null key, which no hash holds, is matched apart.
+    """
+    from pyspark.sql import functions as F
+
+    entries: dict[str | None, int] = dict(whole)
+    flat: list[int | None] = []
+    for name in sorted(split, key=repr):
+        entries[name] = -1 - len(flat)
+        flat.extend(split[name])
+    null_entry = entries.pop(None, None)
+    keyed = PerfectHash.build({name: value for name, value in entries.items() if name is not None}).lookup(
+        frame, key, out, key_hash
+    )
+    found = F.col(out)
+    if null_entry is not None:
+        found = F.when(F.col(key).isNull(), F.lit(null_entry)).otherwise(found)
+    if flat:
+        in_split = F.element_at(constant_array(flat, "int"), (-found + bucket).cast("int"))
+        found = F.when(found >= 0, found).otherwise(in_split)
+    return keyed, found
+
+
 def _separate(bucket: list[int], bits: int, rng: random.Random) -> int:
     """A factor that gives each hash of `bucket` its own cell among 2**bits."""
     if len(bucket) <= 1:

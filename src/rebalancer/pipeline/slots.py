@@ -19,10 +19,10 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from rebalancer.pipeline.lookup import PerfectHash, constant_array, murmur3_int
+from rebalancer.pipeline.lookup import constant_array, lookup_by_bucket, murmur3_int
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -284,38 +284,38 @@ def hash_plan(type_counts: Mapping[str, int], hash_slots: Mapping[str, int], par
     )
 
 
+def hashed_slot_key(hashed: Column, keys: Sequence[int]) -> Column:
+    """The slot key of the slot Spark's hash partitioner would choose for `hashed` (a `hash()`
+    column): where rows the plan has not seen run."""
+    from pyspark.sql import functions as F
+
+    return F.element_at(constant_array(keys, "int"), (F.pmod(hashed, F.lit(len(keys))) + 1).cast("int"))
+
+
 def with_slot_key(frame: DataFrame, plan: SlotPlan, name: str) -> DataFrame:
     """`frame` plus an int column `name`: the key Spark's hash partitioner sends to the row's slot.
 
-    A perfect hash of the types (`lookup.PerfectHash`: a per-row expression, no join, no shuffle)
-    gives a whole type's slot key, or, for a split type, -1 - s: its entity buckets' slot keys
-    start at s in a second constant array.
+    A perfect hash of the types (`lookup.lookup_by_bucket`: a per-row expression, no join, no
+    shuffle) gives a whole type's slot key, or for a split type its entity bucket's.
     """
     from pyspark.sql import functions as F
 
     keys = partition_keys(plan.partitions)
-    sharded = sorted(plan.sharded)
-    start = {type_name: index * SHARD_BUCKETS for index, type_name in enumerate(sharded)}
-    entries = {type_name: -1 - start[type_name] for type_name in sharded}
-    shard_keys: list[int | None] = [None] * (len(sharded) * SHARD_BUCKETS)
+    whole: dict[str | None, int] = {}
+    split: dict[str | None, list[int | None]] = {t: [None] * SHARD_BUCKETS for t in plan.sharded}
     for item, slot in plan.owner.items():
-        if item.type_name not in start:
+        if item.type_name not in split:
             if item.shard == WHOLE:
-                entries[item.type_name] = keys[slot]
+                whole[item.type_name] = keys[slot]
         elif item.shard != WHOLE:
             for bucket in plan.shard_buckets(item.type_name, item.shard):
-                shard_keys[start[item.type_name] + bucket] = keys[slot]
+                split[item.type_name][bucket] = keys[slot]
     entry, type_hash = f"{name}__entry", f"{name}__type_hash"
-    keyed = PerfectHash.build(entries).lookup(
-        frame.withColumn(type_hash, F.hash("type")), "type", entry, type_hash
+    entity_bucket = F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))
+    keyed, found = lookup_by_bucket(
+        frame.withColumn(type_hash, F.hash("type")), "type", type_hash, entry, whole, split, entity_bucket
     )
-    found = F.col(entry)
-    if sharded:
-        entity_bucket = F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))
-        shard_key = F.element_at(constant_array(shard_keys, "int"), (-found + entity_bucket).cast("int"))
-        found = F.when(found >= 0, found).otherwise(shard_key)
     # Types the plan has not seen (a stream's new types), and a split type's entity buckets the
     # counting never saw, fall back to Spark's hash of the type.
-    hashed = F.pmod(F.col(type_hash), F.lit(plan.partitions)) + 1
-    fallback = F.element_at(constant_array(keys, "int"), hashed.cast("int"))
+    fallback = hashed_slot_key(F.col(type_hash), keys)
     return keyed.withColumn(name, F.coalesce(found, fallback).cast("int")).drop(entry, type_hash)
