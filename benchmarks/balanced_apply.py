@@ -18,6 +18,11 @@ runs interleaved), and 64 partitions, whose measured task seconds are list-sched
 cores for a projected cluster makespan. Then the combine check: a sum-like function with hot keys
 split and `combine` merging the partial sums must equal the plain result exactly.
 
+The session lifts Spark 4's byte cap on Arrow batches (`spark.sql.execution.arrow.maxBytesPerBatch`),
+for every mode, as docs/pipeline.md advises for narrow rows: with the cap, Spark measures the batch
+after every row, which `mapInPandas` pays on each of its struct's columns. `--spark-arrow-cap` keeps
+Spark's default cap instead.
+
 Last line: RESULT seconds_skew_plain=… seconds_skew_rows=… seconds_skew_seconds=…
 projected_makespan_ratio_64=… wall_ratio_vs_plain=… combine_ok=…
 """
@@ -44,7 +49,7 @@ import pyarrow.parquet as pq
 from pipeline import PROJECTED_CORES, interleaved, list_schedule, ratio
 from rebalancer.pipeline.apply import PlanStore, TaskClock, balanced_apply, own_clock
 from rebalancer.pipeline.handler import TaskStatsParam, task_stats
-from rebalancer.pipeline.session import build_session
+from rebalancer.pipeline.session import ARROW_BYTES_UNCAPPED, build_session
 
 START = np.datetime64("2026-01-01T00:00:00", "us")
 TREND_SCHEMA = "key string, entity string, rows long, slope double"
@@ -270,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         "--wall-repeat", type=int, default=5, help="measured runs per mode at partitions == cores, interleaved"
     )
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--spark-arrow-cap",
+        action="store_true",
+        help="keep Spark's default spark.sql.execution.arrow.maxBytesPerBatch (default: lifted, in every mode)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 200,000 rows over 200 keys")
     parser.add_argument("--data", type=Path, default=None, help="where to cache the generated input")
     args = parser.parse_args(argv)
@@ -289,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(master=args.master, app_name="rebalancer-bench-apply")
     # Equal task counts in every mode: AQE would coalesce the plain run's small shuffle partitions.
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    if not args.spark_arrow_cap:
+        spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", ARROW_BYTES_UNCAPPED)
+    log(
+        "spark.sql.execution.arrow.maxBytesPerBatch="
+        + str(spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch"))
+        + (" (Spark's default)" if args.spark_arrow_cap else " (lifted, every mode)")
+    )
     cores = spark.sparkContext.defaultParallelism
     work = Path(tempfile.mkdtemp(prefix="rebalancer-bench-apply-"))
     df = spark.read.parquet(str(data))

@@ -207,6 +207,7 @@ def test_a_two_argument_func_gets_the_key_and_null_keys_form_one_group(spark):
         ({"partitions": 0}, "partitions must be an int >= 1, got 0"),
         ({"cost": "dollars"}, "cost must be one of rows, seconds, got 'dollars'"),
         ({"schema": "key string, n"}, "schema: cannot parse 'key string, n'"),
+        ({"schema": "long"}, "schema: 'long' is one type, not columns (write it as 'name long')"),
         ({"max_moves": -1}, "max_moves must be an int >= 0, got -1"),
     ],
 )
