@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench java postgres postgres-jdbc clean
+.PHONY: run test lint bench java kafka postgres postgres-jdbc pulsar-conformance clean
 
 run: $(STAMP) java postgres
 	$(BIN)/rebalancer pipeline run
 
-test: $(STAMP) java postgres
+test: $(STAMP) java postgres kafka pulsar-conformance
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -19,11 +19,28 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Every headline figure, one script each (see README "Benchmarks").
-bench: $(STAMP) java postgres-jdbc
+bench: $(STAMP) java postgres-jdbc pulsar-conformance
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit $$?; done
+
+# The Pulsar conformance harness (conformance/pulsar, docs/shedding.md): Maven builds it against the
+# pulsar-broker its pom pins, caching the jars in ~/.m2; rebuilt only when its sources change.
+PULSAR_HARNESS := conformance/pulsar/target/pulsar-conformance.jar
+pulsar-conformance: java
+	@scripts/ensure-jdk.sh
+	@scripts/ensure-maven.sh
+	@$(MAKE) --no-print-directory $(PULSAR_HARNESS)
+
+$(PULSAR_HARNESS): conformance/pulsar/pom.xml $(shell find conformance/pulsar/src -type f)
+	mvn -q -B -f conformance/pulsar/pom.xml package
 
 java:
 	@scripts/ensure-java.sh
+
+# rebalancer.testing.KafkaCluster's real brokers: Maven (apt-get installs it where missing) copies the
+# Kafka jars jvm/kafka/pom.xml pins to ~/.cache/rebalancer/kafka-<version>; skipped once they are there.
+kafka: java
+	@scripts/ensure-maven.sh
+	@scripts/fetch-kafka.sh
 
 # The PostgreSQL sink's tests start a private server; its benchmark also needs Debian's JDBC driver.
 postgres:

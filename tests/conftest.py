@@ -1,16 +1,36 @@
-"""Shared fixtures: one SparkSession for the whole test session, and a clean queue registry."""
+"""Shared fixtures: one SparkSession, one librdkafka mock cluster and one real Kafka cluster for the
+whole test session, and `any_kafka_cluster`, which runs a test on each of the two Kafka peers."""
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from rebalancer.testing import KafkaCluster, MockKafkaCluster
+
+log = logging.getLogger(__name__)
 
 # Spark's Python workers must run this interpreter (it has pyarrow); set before any session starts.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(autouse=True)
+def restore_logger_levels() -> Iterator[None]:
+    """`cli.main` sets logger levels for its process (aiokafka's off without -v); a test that calls it
+    in-process must not change what a later test's `caplog` sees."""
+    names = ("", "rebalancer", "py4j", "aiokafka")
+    levels = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +41,78 @@ def spark() -> Iterator[object]:
     session = build_session(master="local[2]", app_name="rebalancer-tests", shuffle_partitions=4, ui=False)
     yield session
     session.stop()
+
+
+# -- Kafka: one mock and one real cluster per session, and a test parametrized over both --------------
+_kafka_startups: list[str] = []
+_kafka_topic_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def kafka_mock_cluster() -> Iterator[MockKafkaCluster]:
+    """librdkafka's mock brokers (3), in this process: starts in milliseconds."""
+    from rebalancer.testing import MockKafkaCluster
+
+    mock = MockKafkaCluster(brokers=3)
+    try:
+        yield mock
+    finally:
+        mock.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_real_cluster() -> Iterator[KafkaCluster]:
+    """Three real Apache Kafka brokers (KRaft, loopback). Three JVMs cost about 10 s: started once,
+    and only when a test asks for them (`-m "not kafka_real"` never does)."""
+    from rebalancer.testing import KafkaCluster
+
+    load = os.getloadavg()[0]
+    cluster = KafkaCluster(brokers=3)
+    line = (
+        f"KafkaCluster: 3 brokers (Apache Kafka {cluster.version}) started in {cluster.startup_s:.1f} s "
+        f"(1-minute load average {load:.1f} on {os.cpu_count()} cores)"
+    )
+    log.info(line)
+    _kafka_startups.append(line)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("mock", marks=pytest.mark.kafka),
+        pytest.param("real", marks=pytest.mark.kafka_real),
+    ],
+    ids=["mock", "real"],
+)
+def any_kafka_cluster(request: pytest.FixtureRequest) -> MockKafkaCluster | KafkaCluster:
+    """The session's mock cluster, then the session's real one: a Kafka contract runs on both.
+
+    Where they disagree, the real cluster is right. Real-only assertions check
+    `isinstance(cluster, KafkaCluster)`.
+    """
+    name = "kafka_mock_cluster" if request.param == "mock" else "kafka_real_cluster"
+    cluster: MockKafkaCluster | KafkaCluster = request.getfixturevalue(name)
+    return cluster
+
+
+@pytest.fixture
+def any_kafka_topic(any_kafka_cluster: MockKafkaCluster | KafkaCluster) -> Callable[..., str]:
+    """make(partitions, replication_factor=1, min_insync_replicas=None) -> a new topic's name on
+    `any_kafka_cluster`. Durable tests ask for RF 3 with min.insync.replicas 2."""
+
+    from kafka_helpers import create_topic
+
+    def make(partitions: int, replication_factor: int = 1, min_insync_replicas: int | None = None) -> str:
+        name = f"contract-{next(_kafka_topic_ids)}"
+        create_topic(any_kafka_cluster, name, partitions, replication_factor, min_insync_replicas)
+        return name
+
+    return make
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _kafka_startups:
+        terminalreporter.write_line(line)

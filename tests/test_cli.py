@@ -85,7 +85,7 @@ def test_help_shows_defaults_once():
     ([], "rebalancer: error: the following arguments are required: COMPONENT\n"),
     (["nope"], "rebalancer: error: argument COMPONENT: invalid choice: 'nope' "
                "(choose from pipeline, queue, shedding, consumers, produce)\n"),
-    (["queue", "demo", "--types", "x"], "rebalancer queue demo: error: argument --types: invalid int value: 'x'\n"),
+    (["queue", "demo", "--types", "x"], "rebalancer queue demo: error: argument --types: expected an integer, got 'x'\n"),
     (["consumers"], "rebalancer consumers: error: the following arguments are required: COMMAND\n"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, err):

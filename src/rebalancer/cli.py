@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 
@@ -174,13 +175,17 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
 
 def configure_logging(verbose: int) -> None:
     """0: warnings; -v: our INFO (stages, plans, moves); -vv: our DEBUG and the INFO of the libraries
-    (and Spark's startup output); -vvv: everything, Py4J's line-per-call DEBUG included."""
+    (and Spark's startup output); -vvv: everything, Py4J's line-per-call DEBUG included.
+
+    aiokafka logs each failed connection at ERROR before it raises; the command reports that error
+    itself in one line, so without -v aiokafka's own lines are kept off stderr."""
     root = logging.DEBUG if verbose >= 3 else logging.INFO if verbose == 2 else logging.WARNING
     logging.basicConfig(level=root, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(root)  # also when a handler was there already (basicConfig skips)
     ours = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.getLogger("rebalancer").setLevel(ours)
     logging.getLogger("py4j").setLevel(logging.DEBUG if verbose >= 3 else logging.WARNING)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL if verbose <= 0 else logging.NOTSET)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,12 +200,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"rebalancer {args.component}: error: a sub-command is required\n")
     try:
         return int(handler(args) or 0)
-    except (UsageError, ValueError, FileNotFoundError, MissingExtraError) as exc:
+    except (UsageError, ValueError, MissingExtraError) as exc:
         print(f"rebalancer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError...
+        print(f"rebalancer: error: {_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("rebalancer: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if not isinstance(exc, _client_errors()):
+            raise
+        # A command that knows its servers names them itself (a ValueError); this is the safety net.
+        print(f"rebalancer: error: Kafka: {type(exc).__name__}: {_kafka_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _os_error(exc: OSError) -> str:
+    """`PATH: reason` (`PATH -> OTHER: reason` for a rename), or the text of an error without a path."""
+    if exc.filename is None or not exc.strerror:
+        return str(exc) or type(exc).__name__  # asyncio's TimeoutError has no text
+    path = os.fsdecode(exc.filename)
+    if exc.filename2 is not None:
+        path += f" -> {os.fsdecode(exc.filename2)}"
+    return f"{path}: {exc.strerror}"
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    """The Kafka clients' base errors, of those clients already imported: an error of a client that
+    was never imported cannot have been raised, and `--help` must not import one."""
+    found: list[type[BaseException]] = []
+    aiokafka_errors = sys.modules.get("aiokafka.errors")
+    if aiokafka_errors is not None:
+        found.append(aiokafka_errors.KafkaError)
+    confluent = sys.modules.get("confluent_kafka")
+    if confluent is not None:
+        found.append(confluent.KafkaException)
+    return tuple(found)
+
+
+def _kafka_text(exc: Exception) -> str:
+    """The error's own text without aiokafka's repeated `ClassName: ` prefix."""
+    text = str(exc)
+    prefix = f"{type(exc).__name__}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 if __name__ == "__main__":

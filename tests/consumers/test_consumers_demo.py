@@ -65,7 +65,7 @@ def test_the_command_prints_the_timeline(capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--flows", "0"], "--flows must be an integer >= 1, got 0"),
     (["--unacked", "-1"], "--unacked must be an integer >= 0, got -1"),
-    (["--rebalance-delay", "nan"], "--rebalance-delay must be a finite number of seconds >= 0, got nan"),
+    (["--rebalance-delay", "-1"], "--rebalance-delay must be a finite number of seconds >= 0, got -1.0"),
     (["--ack-after", "-2"], "--ack-after must be a finite number of seconds >= 0, got -2.0"),
 ])
 def test_bad_flags_exit_2_with_one_line(capsys, argv, message):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -14,10 +14,9 @@ Message = tuple[bytes | None, bytes | None, int]  # key, value, partition
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[MockKafkaCluster]:
-    mock = MockKafkaCluster(brokers=3)
-    yield mock
-    mock.close()
+def kafka_cluster(kafka_mock_cluster: MockKafkaCluster) -> MockKafkaCluster:
+    """The session's mock cluster (tests/conftest.py), shared with the Kafka contract tests."""
+    return kafka_mock_cluster
 
 
 @pytest.fixture
@@ -36,7 +35,8 @@ def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> dict[int
     """Send and wait for every ack; returns {partition: offsets} in send order (fails on any error)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 3})
+    # Idempotent: a retried request must not store a message twice (a real broker may ask for retries).
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 3, "enable.idempotence": True})
     offsets: dict[int, list[int]] = {}
     errors: list[str] = []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from kafka_fixtures import produce
 
 from rebalancer.pipeline.kafka.source import (
     DataLossError,
+    KafkaBatchReader,
     KafkaStreamReader,
     OffsetRange,
     parse_options,
@@ -33,8 +35,10 @@ def reader(spark, bootstrap, topic, **options):
     return frame.load()
 
 
-def test_batch_read_equals_the_produced_messages(kafka_spark, kafka_cluster, kafka_topic):
-    topic = kafka_topic(3)
+def test_batch_read_equals_the_produced_messages(kafka_spark, any_kafka_cluster, any_kafka_topic):
+    """Part of the Kafka contract: on the mock and on real brokers (tests/conftest.py)."""
+    kafka_cluster = any_kafka_cluster
+    topic = any_kafka_topic(3)
     messages = [(f"k{i % 11}".encode(), f"value-{i}".encode(), i % 3) for i in range(3000)]
     messages.append((None, b"no key", 1))
     messages.append((b"no value", None, 2))
@@ -221,3 +225,99 @@ def test_a_task_whose_offsets_vanish_after_planning_fails_or_skips_them(kafka_cl
     lenient = parse_options({"bootstrap.servers": bootstrap, "topic": topic, "failOnDataLoss": "false"})
     offsets = [o for batch in read_task(lenient, task) for o in batch.column("offset").to_pylist()]
     assert offsets and offsets[0] > 50 and offsets == list(range(offsets[0], 130))
+
+
+# -- offsets the driver knows cannot be read fail at planning (issue 33, item 5) -----------------
+NEVER_MS = 2_000_000_000  # pollTimeoutMs: a read that waited for records that never come would hang the test
+
+
+@pytest.mark.timeout(90)
+def test_an_end_offset_past_the_log_fails_at_planning_naming_it(kafka_spark, kafka_cluster, kafka_topic):
+    topic = kafka_topic(1)
+    produce(kafka_cluster.bootstrap_servers, topic, [(None, b"%d" % i, 0) for i in range(5)])
+    frame = reader(
+        kafka_spark, kafka_cluster.bootstrap_servers, topic,
+        endingOffsets=json.dumps({topic: {"0": 50}}), pollTimeoutMs=NEVER_MS,
+    )
+    expected = f"endingOffsets: topic {topic!r} partition 0: offset 50 is past the end of the partition (high watermark 5)"
+    with pytest.raises(Exception, match=re.escape(expected)):
+        frame.count()
+    # The last offset that exists is still a valid end.
+    ending = json.dumps({topic: {"0": 5}})
+    assert reader(kafka_spark, kafka_cluster.bootstrap_servers, topic, endingOffsets=ending).count() == 5
+
+
+def _planned(bootstrap: str, topic: str, **options: str) -> list[OffsetRange]:
+    """The ranges a batch read of `options` plans, asked of the reader as Spark's planner does."""
+    batch = KafkaBatchReader(parse_options({"bootstrap.servers": bootstrap, "topic": topic, **options}))
+    return sorted(r for task in batch.partitions() for r in task.ranges)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_given_offsets_that_cannot_be_read_fail_at_planning_naming_them(kafka_cluster, kafka_topic, fail_on_data_loss):
+    """A start past the end, or after the end asked for, is the user's mistake, not data loss: it is
+    refused whatever failOnDataLoss says (with false it used to read nothing, silently)."""
+    topic = kafka_topic(2)
+    bootstrap = kafka_cluster.bootstrap_servers
+    produce(bootstrap, topic, [(None, b"%d" % i, i % 2) for i in range(10)])  # 5 records per partition
+    common = {"failOnDataLoss": fail_on_data_loss, "pollTimeoutMs": str(NEVER_MS)}
+    cases = [
+        ({"startingOffsets": json.dumps({topic: {"0": 0, "1": 7}})},
+         f"startingOffsets: topic {topic!r} partition 1: offset 7 is past the end of the partition (high watermark 5)"),
+        ({"startingOffsets": json.dumps({topic: {"0": 4}}), "endingOffsets": json.dumps({topic: {"0": 2}})},
+         f"startingOffsets: topic {topic!r} partition 0: offset 4 is after its endingOffsets offset 2"),
+        ({"endingOffsets": json.dumps({topic: {"0": -1, "1": 6}})},
+         f"endingOffsets: topic {topic!r} partition 1: offset 6 is past the end of the partition (high watermark 5)"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            _planned(bootstrap, topic, **options, **common)
+    # At the bounds: a start at the end reads nothing there, an end at the start reads nothing.
+    assert _planned(
+        bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 5, "1": 3}}),
+        endingOffsets=json.dumps({topic: {"1": 3}}), **common,
+    ) == []
+    assert _planned(bootstrap, topic, startingOffsets=json.dumps({topic: {"1": 2}}), **common) == [
+        OffsetRange(0, 0, 5), OffsetRange(1, 2, 5)
+    ]
+
+
+def test_a_stream_starting_past_the_end_of_a_partition_fails_naming_it(kafka_cluster, kafka_topic):
+    topic = kafka_topic(1)
+    bootstrap = kafka_cluster.bootstrap_servers
+    produce(bootstrap, topic, [(None, b"%d" % i, 0) for i in range(5)])
+    starting = json.dumps({topic: {"0": 9}})
+    stream = KafkaStreamReader(
+        parse_options({"bootstrap.servers": bootstrap, "topic": topic, "startingOffsets": starting}, streaming=True)
+    )
+    try:
+        expected = f"startingOffsets: topic {topic!r} partition 0: offset 9 is past the end of the partition (high watermark 5)"
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            stream.initialOffset()
+    finally:
+        stream.stop()
+
+
+def test_a_stream_batch_ending_past_the_log_fails_at_planning_unless_told_not_to(kafka_cluster, kafka_topic):
+    """A replayed micro-batch planned before the log was cut ends past the high watermark: the
+    planner says so instead of a task waiting pollTimeoutMs for offsets that never come."""
+    topic = kafka_topic(2)
+    bootstrap = kafka_cluster.bootstrap_servers
+    produce(bootstrap, topic, [(None, b"%d" % i, i % 2) for i in range(10)])  # 5 records per partition
+    start, end = {topic: {"0": 2, "1": 0}}, {topic: {"0": 40, "1": 5}}
+    for fail in ("true", "false"):
+        options = {"bootstrap.servers": bootstrap, "topic": topic, "failOnDataLoss": fail, "pollTimeoutMs": str(NEVER_MS)}
+        stream = KafkaStreamReader(parse_options(options, streaming=True))
+        try:
+            if fail == "true":
+                expected = (
+                    f"topic {topic!r} partition 0: offsets 5..39 are past the end of the partition (high watermark 5; "
+                    "was the topic recreated?); set failOnDataLoss=false to skip them"
+                )
+                with pytest.raises(DataLossError, match=re.escape(expected)):
+                    stream.partitions(start, end)
+            else:
+                ranges = sorted(r for task in stream.partitions(start, end) for r in task.ranges)
+                assert ranges == [OffsetRange(0, 2, 5), OffsetRange(1, 0, 5)]
+        finally:
+            stream.stop()

@@ -165,3 +165,38 @@ def test_mock_cluster_accepts_plaintext_only_and_a_sasl_failure_leaks_no_secret(
 def test_key_files_must_exist(tmp_path: pathlib.Path):
     with pytest.raises(ValueError, match=r"ssl.ca.location '.*missing.pem' does not exist or is not a file"):
         SecuritySettings.from_dict({"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "missing.pem")})
+
+
+def test_a_ca_file_that_is_not_pem_is_named_as_ssl_ca_location(tmp_path: pathlib.Path, pki):
+    bad = tmp_path / "ca.txt"
+    bad.write_text("not a certificate\n")
+    settings = SecuritySettings.from_dict({"security.protocol": "SSL", "ssl.ca.location": str(bad)})
+    with pytest.raises(ValueError) as info:
+        settings.client_kwargs()
+    assert str(info.value) == (
+        f"ssl.ca.location {str(bad)!r} could not be loaded (not a PEM file of CA certificates): "
+        "SSLError NO_CERTIFICATE_OR_CRL_FOUND"
+    )
+    # A good CA with a bad client certificate names the certificate, and only the keys that are set.
+    with_cert = SecuritySettings.from_dict(
+        {"security.protocol": "SSL", "ssl.ca.location": pki["cert"], "ssl.certificate.location": str(bad)}
+    )
+    with pytest.raises(ValueError) as info:
+        with_cert.client_kwargs()
+    assert str(info.value) == (
+        f"ssl.certificate.location {str(bad)!r} could not be loaded (not a PEM certificate and key; "
+        "an encrypted key needs ssl.key.password): SSLError"
+    )
+
+
+def test_a_wrong_key_password_names_the_certificate_key_and_password_keys(pki):
+    settings = SecuritySettings.from_dict(
+        {"security.protocol": "SSL", "ssl.certificate.location": pki["cert"], "ssl.key.location": pki["enc"],
+         "ssl.key.password": "wrong-" + KEY_SECRET}
+    )
+    with pytest.raises(ValueError) as info:
+        settings.client_kwargs()
+    assert str(info.value) == (
+        f"ssl.certificate.location {pki['cert']!r} and ssl.key.location {pki['enc']!r} could not be loaded "
+        "(wrong ssl.key.password, or not a PEM certificate and key): SSLError"
+    )

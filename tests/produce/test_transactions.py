@@ -12,6 +12,7 @@ import time
 
 import pytest
 from aiokafka.errors import ProducerFenced
+from aiokafka.structs import OffsetAndMetadata
 from confluent_kafka import Consumer
 from confluent_kafka import KafkaError as CKKafkaError
 from confluent_kafka import TopicPartition as CKTopicPartition
@@ -109,6 +110,37 @@ def test_send_outside_a_transaction_raises_and_calls_need_a_transactional_id(clu
 
     stats = run(main())
     assert stats["produced"] == 0 and stats["transaction_state"] == "ready"
+
+
+@pytest.mark.parametrize(
+    ("offset", "shown"),
+    [(-5, "-5"), (OffsetAndMetadata(-1, "m"), "-1"), ((-3, "m"), "-3"), (True, "True"), (1.5, "1.5")],
+    ids=["int", "OffsetAndMetadata", "tuple", "bool", "float"],
+)
+def test_a_negative_or_non_int_offset_is_refused_before_anything_is_sent(
+    cluster: MockKafkaCluster, new_topic, offset, shown
+):
+    topic, source = new_topic(1), new_topic(2)
+
+    async def main():
+        p = BatchingProducer(txn_config(cluster, f"bad-offset-{topic}"))
+        await p.start()
+        await p.begin_transaction()
+        await (await p.send(topic, b"x", partition=0))
+        cluster.start_request_tracking()
+        with pytest.raises(ValueError) as error:
+            await p.send_offsets_to_transaction({TopicPartition(source, 1): 7, TopicPartition(source, 0): offset}, "g")
+        refused = cluster.requests_by_api_key()
+        await p.send_offsets_to_transaction({TopicPartition(source, 0): 0}, "g")  # the transaction goes on
+        await p.commit_transaction()
+        await p.stop()
+        return str(error.value), refused
+
+    message, refused = run(main())
+    assert message == f"offsets: topic {source!r} partition 0: offset must be an int >= 0, got {shown}"
+    assert refused.get(API_KEYS["AddOffsetsToTxn"], 0) == 0 and refused.get(API_KEYS["TxnOffsetCommit"], 0) == 0
+    by_api = cluster.requests_by_api_key()
+    assert by_api[API_KEYS["AddOffsetsToTxn"]] == 1 and by_api[API_KEYS["TxnOffsetCommit"]] == 1 and by_api[END_TXN] == 1
 
 
 # -- commit ----------------------------------------------------------------------------------------

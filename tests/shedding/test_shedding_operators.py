@@ -20,12 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "shedding-reports"
 BROKER_CONF = ROOT / "examples" / "broker.conf"
 
-# Pulsar's ServiceConfiguration defaults, by Pulsar's names.
+# Pulsar's ServiceConfiguration defaults (Pulsar 4.2.4, the version conformance/pulsar pins), by Pulsar's names.
 PULSAR_DEFAULTS = {
     "loadBalancerBrokerThresholdShedderPercentage": "10",
     "loadBalancerHistoryResourcePercentage": "0.9",
     "loadBalancerCPUResourceWeight": "1.0",
-    "loadBalancerDirectMemoryResourceWeight": "1.0",
+    "loadBalancerDirectMemoryResourceWeight": "0",
+    "loadBalancerBandwidthInResourceWeight": "1.0",
+    "loadBalancerBandwidthOutResourceWeight": "1.0",
     "loadBalancerBandwithInResourceWeight": "1.0",
     "loadBalancerBandwithOutResourceWeight": "1.0",
     "loadBalancerAvgShedderHighThreshold": "40",
@@ -43,7 +45,7 @@ PULSAR_DEFAULTS = {
     "maxUnloadBundleNumPerShedding": "-1",
     "lowerBoundarySheddingEnabled": "false",
     "loadBalancerSheddingGracePeriodMinutes": "30",
-    "loadBalancerMemoryResourceWeight": "1.0",
+    "loadBalancerMemoryResourceWeight": "0",
 }
 
 
@@ -52,15 +54,29 @@ PULSAR_DEFAULTS = {
 
 def test_pulsars_defaults_by_pulsars_names_are_our_defaults():
     assert ShedderConfig.from_properties(PULSAR_DEFAULTS) == ShedderConfig()
-    assert ShedderConfig().direct_memory_resource_weight == 1.0
+    assert ShedderConfig().direct_memory_resource_weight == 0.0  # 1.0 was Pulsar 3.0's default
     assert set(PROPERTY_NAMES.values()) <= set(ShedderConfig.__dataclass_fields__)
 
 
-def test_direct_memory_counts_in_the_weighted_usage_by_default():
+def test_memory_weights_count_as_pulsar_counts_them():
     report = BrokerLoad(10, 95, 90, 5, 5, 1, 1, 1, 1)
-    assert report.max_resource_usage_with_weight(ShedderConfig()) == pytest.approx(0.9)
-    off = ShedderConfig.from_properties({"loadBalancerDirectMemoryResourceWeight": "0"})
-    assert report.max_resource_usage_with_weight(off) == pytest.approx(0.1)  # heap memory never counts
+    # Pulsar 4.2.4 weighs neither heap nor direct memory by default.
+    assert report.max_resource_usage_with_weight(ShedderConfig()) == pytest.approx(0.1)
+    direct = ShedderConfig.from_properties({"loadBalancerDirectMemoryResourceWeight": "1"})
+    assert report.max_resource_usage_with_weight(direct) == pytest.approx(0.9)
+    # Heap memory counts only in the extensible manager's weighted max (TransferShedder), by its weight.
+    heap = ShedderConfig.from_properties({"loadBalancerMemoryResourceWeight": "1"})
+    assert report.max_resource_usage_with_weight(heap) == pytest.approx(0.95)
+
+
+def test_both_spellings_of_the_bandwidth_weights_as_pulsar_reads_them():
+    def weight(**props: str) -> float:
+        return ShedderConfig.from_properties(props).bandwidth_in_resource_weight
+
+    assert weight(loadBalancerBandwithInResourceWeight="0.5") == 0.5  # the deprecated spelling alone
+    assert weight(loadBalancerBandwidthInResourceWeight="0.3", loadBalancerBandwithInResourceWeight="0.5") == 0.3
+    # the current spelling left at 1.0 gives way to the deprecated one, as in Pulsar's getter
+    assert weight(loadBalancerBandwidthInResourceWeight="1.0", loadBalancerBandwithInResourceWeight="0.5") == 0.5
 
 
 def test_properties_set_fields_and_unknown_load_balancer_keys_warn(caplog):
@@ -90,7 +106,8 @@ def test_properties_set_fields_and_unknown_load_balancer_keys_warn(caplog):
     [
         ({"loadBalancerAvgShedderHitCountHighThreshold": "two"}, "loadBalancerAvgShedderHitCountHighThreshold must be an integer, got 'two'"),
         ({"loadBalancerAvgShedderHitCountLowThreshold": "8.5"}, "loadBalancerAvgShedderHitCountLowThreshold must be an integer, got '8.5'"),
-        ({"loadBalancerHistoryResourcePercentage": "nan"}, "loadBalancerHistoryResourcePercentage must be finite, got 'nan'"),
+        ({"loadBalancerHistoryResourcePercentage": "NaN"}, "loadBalancerHistoryResourcePercentage must be finite, got 'NaN'"),
+        ({"loadBalancerHistoryResourcePercentage": "nan"}, "loadBalancerHistoryResourcePercentage must be a number, got 'nan'"),  # Java reads only NaN
         ({"loadBalancerTransferEnabled": "yes"}, "loadBalancerTransferEnabled must be true or false, got 'yes'"),
         ({"maxUnloadPercentage": "1.5"}, "maxUnloadPercentage: max_unload_percentage must be within (0, 1], got 1.5"),
         ({"loadBalancerAvgShedderLowThreshold": "-1"}, "loadBalancerAvgShedderLowThreshold: avg_shedder_low_threshold must be >= 0, got -1.0"),
@@ -271,7 +288,7 @@ def test_cli_record_and_bad_input_exit_2_with_one_line(tmp_path, capsys):
         (lambda: sim.BundleSpec("x", 1.0, amplitude=math.nan), "bundle 'x': amplitude must be a finite number, got nan"),
         (lambda: BundleLoad(math.inf, 0, 0, 0), "bundle.msg_rate_in must be a finite rate >= 0, got inf"),
         (lambda: BundleLoad(1, 0, 0, 0, long_term_msg_rate_in=math.inf), "bundle.long_term_msg_rate_in must be a finite rate >= 0, got inf"),
-        (lambda: cluster({"b": broker(True)}), "broker 'b': cpu must be within 0..100 percent, got True"),
+        (lambda: cluster({"b": broker(True)}), "broker 'b': cpu must be a finite percentage >= 0, got True"),
         (lambda: cluster({"b": BrokerLoad(1, 0, 0, 0, 0, math.inf, 0, 0, 0)}), "broker 'b': msg_rate_in must be a finite rate >= 0, got inf"),
         (lambda: cluster({"b": broker(1)}, timestamp=math.nan), "timestamp must be a finite time in seconds, got nan"),
         (lambda: cluster({"b": broker(1)}, recently_unloaded={"x": math.nan}), "recently_unloaded['x'] must be a finite time in seconds, got nan"),

@@ -69,7 +69,10 @@ def test_avg_shedder_pairs_20_with_80_and_30_with_70_and_moves_half_the_differen
 @pytest.mark.parametrize(
     ("usages", "threshold", "expected"),
     [
-        ({"b1": 10, "b2": 60, "b3": 70, "b4": 80, "b5": 80}, 0, ["b1", "b2"]),
+        # PIP-364 lists b1 and b2, but b2 sits exactly at the average of 60%: Pulsar sums the usages in
+        # its candidate HashSet's order (b2, b3, b4, b5, b1), which comes to 0.5999999999999999, so b2
+        # misses the average by a hair and b1 is the only candidate.
+        ({"b1": 10, "b2": 60, "b3": 70, "b4": 80, "b5": 80}, 0, ["b1"]),
         ({"b1": 40, "b2": 40, "b3": 40, "b4": 40, "b5": 69, "b6": 70}, 10, []),
         ({"b1": 10, "b2": 30, "b3": 80}, 10, ["b1", "b2"]),
     ],
@@ -79,7 +82,7 @@ def test_least_resource_usage_with_weight_candidate_lists(usages, threshold, exp
     placement = LeastResourceUsageWithWeight(seed=3)
     view = loaded_cluster(usages)
     view = cluster(view.brokers, {**view.bundles, "new": bundle(10)})
-    assert placement.best_brokers(set(usages), view, conf) == expected
+    assert sorted(placement.best_brokers(set(usages), view, conf)) == expected
     chosen = {placement.select_broker(set(usages), "new", view, conf) for _ in range(40)}
     # An empty list falls back to every candidate: the bundle may land on the 69 or 70 broker.
     assert chosen <= set(expected or usages)

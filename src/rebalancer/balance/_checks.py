@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,31 +15,88 @@ INT64_MAX = 2**63 - 1
 EXACT_IN_FLOAT = 2**53
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
+_REPR.maxstring = _REPR.maxother = 60
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def is_real(value: object) -> bool:
+    """A finite int or float (numpy's too), not a bool; an int too large for a float is not finite."""
+    if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool | np.bool_):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def describe(value: object) -> str:
+    """A value for an error message: a bounded repr and its type (a huge list stays one short line)."""
+    return f"{_REPR.repr(value)} ({type(value).__name__})"
+
+
+def is_sequence(value: object) -> bool:
+    """A list, tuple, range or numpy array (or anything with ``__array__``): not a str or bytes, a
+    mapping (its keys would be taken), a set (no order) or an iterator (consumed by a first look)."""
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, np.generic)):
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
+
+
+def as_1d(name: str, values: object, element: str = "a number") -> np.ndarray:
+    """The gate every array input of every planner passes: a one-dimensional sequence, as an array.
+
+    Bools are refused element by element (numpy would read True as 1); everything else that is not
+    a flat sequence raises ValueError naming `name` and the value, never a TypeError from numpy.
+    """
+    if not is_sequence(values):
+        plural = "ints" if element == "an int" else "numbers"
+        raise ValueError(
+            f"{name} must be a sequence of {plural} (list, tuple or numpy array), got {describe(values)}"
+        )
+    if not isinstance(values, np.ndarray):
+        if isinstance(values, Sequence):
+            types = set(map(type, values))  # C speed; the index is only looked for when needed
+            if bool in types or np.bool_ in types:
+                i, v = next((i, v) for i, v in enumerate(values) if isinstance(v, bool | np.bool_))
+                raise ValueError(f"{name}[{i}] must be {element}, got {v!r}")
+        try:
+            values = np.asarray(values)
+        except (ValueError, TypeError, OverflowError):  # ragged nesting, or an element numpy cannot hold
+            raise ValueError(
+                f"{name} must be a one-dimensional sequence of numbers, got {describe(values)}"
+            ) from None
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {values.shape}")
+    return values
+
+
+def _first_non_number(name: str, t: np.ndarray, element: str) -> None:
+    """In an object array, the first element that is not an int or a float, by index and value."""
+    for i, v in enumerate(t.tolist()):
+        if not (_is_int(v) or isinstance(v, float)):
+            raise ValueError(f"{name}[{i}] must be {element}, got {v!r}")
 
 
 def check_values(name: str, values: ArrayLike) -> np.ndarray:
     """A 1-D array of loads >= 0: int64 for integers (exact, and their sum fits in int64), else float64.
 
-    Bools, NaN, ±inf, complex numbers and a float sum that overflows to inf raise ValueError naming
-    `name`, the index and the value; so does an integer above int64, rather than wrapping around.
+    Non-sequences, nested sequences, bools, None and other non-numbers, NaN, ±inf, complex numbers
+    and a float sum that overflows to inf raise ValueError naming `name` (the index and the value
+    where there is one); so does an integer above int64, rather than wrapping around.
     """
-    if not isinstance(values, np.ndarray):
-        seq = values if isinstance(values, Sequence) else list(values)
-        for i, v in enumerate(seq):
-            if isinstance(v, bool | np.bool_):
-                raise ValueError(f"{name}[{i}] must be a number, got {v!r}")
-        values = seq
-    t = np.asarray(values)
-    if t.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {t.shape}")
+    t = as_1d(name, values)
     if t.size == 0:
         return t.astype(np.float64)
     kind = t.dtype.kind
     if kind == "b":
         raise ValueError(f"{name} must hold numbers, got dtype bool")
     if kind == "O":
+        _first_non_number(name, t, "a number")
         for i, v in enumerate(t.tolist()):
             if _is_int(v) and not -INT64_MAX - 1 <= v <= INT64_MAX:
                 raise ValueError(f"{name}[{i}] must fit in int64, got {v}")
@@ -89,6 +147,28 @@ def check_fixed_load(fixed_load: ArrayLike, workers: int) -> np.ndarray:
     if f.shape[0] != workers:
         raise ValueError(f"fixed_load must have one entry per worker ({workers}), got {f.shape[0]}")
     return f
+
+
+def check_owners(name: str, values: ArrayLike, workers: int) -> np.ndarray:
+    """Owner per partition as int64, each in [-1, workers) (-1: unowned), checked before any cast
+    (a uint64 of 2**64 - 1 would otherwise wrap to -1 and silently mean "unowned")."""
+    owner = as_1d(name, values, "an int")
+    if owner.size == 0:
+        return owner.astype(np.int64)
+    if owner.dtype.kind == "O":
+        _first_non_number(name, owner, "an int")
+        for i, v in enumerate(owner.tolist()):
+            if not _is_int(v):
+                raise ValueError(f"{name}[{i}] must be an int, got {v!r}")
+            if not -1 <= v < workers:
+                raise ValueError(f"{name}[{i}] must be in [-1, {workers}), got {v}")
+    if owner.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold ints, got dtype {owner.dtype}")
+    bad = owner >= workers if owner.dtype.kind == "u" else (owner < -1) | (owner >= workers)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}[{i}] must be in [-1, {workers}), got {owner[i]}")
+    return owner.astype(np.int64, copy=False)
 
 
 def check_workers(workers: int) -> int:

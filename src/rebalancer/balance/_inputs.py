@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rebalancer.balance._checks import EXACT_IN_FLOAT, ArrayLike, _is_int, check_values, check_workers
+from rebalancer.balance._checks import (
+    EXACT_IN_FLOAT,
+    ArrayLike,
+    _is_int,
+    check_owners,
+    check_values,
+    check_workers,
+)
 from rebalancer.balance.plan import Plan
 
 
@@ -25,21 +32,11 @@ def check_inputs(throughput: ArrayLike, current_owner: ArrayLike, workers: int) 
     """Reject bad input with a ValueError naming the field and the value, before any work is done."""
     workers = check_workers(workers)
     t = check_values("throughput", throughput)
-    owner = np.asarray(current_owner)
-    if owner.ndim != 1:
-        raise ValueError(f"current_owner must be one-dimensional, got shape {owner.shape}")
-    if owner.size == 0:
-        owner = owner.astype(np.int64)
-    elif owner.dtype.kind not in "iu":
-        raise ValueError(f"current_owner must hold ints, got dtype {owner.dtype}")
-    owner = owner.astype(np.int64, copy=False)
+    owner = check_owners("current_owner", current_owner, workers)
     if t.shape[0] != owner.shape[0]:
         raise ValueError(
             f"throughput and current_owner must have the same length, got {t.shape[0]} and {owner.shape[0]}"
         )
-    if t.size and (owner.min() < -1 or owner.max() >= workers):
-        bad = int(np.flatnonzero((owner < -1) | (owner >= workers))[0])
-        raise ValueError(f"current_owner[{bad}] must be in [-1, {workers}), got {owner[bad]}")
     return Inputs(t, owner, workers)
 
 

@@ -12,10 +12,13 @@ handoffs, because there is no old flow to drain.
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+
+from rebalancer.balance._checks import _is_int, as_1d, check_values, describe, is_real, is_sequence
 
 FlowId = Hashable
 
@@ -59,15 +62,15 @@ def count_targets(counts: Sequence[int], partition_count: int) -> list[int]:
     choice minimises `Σ max(0, count − target)` because any swap of a ceil and a floor target between a
     larger and a smaller holder can only raise the excess.
     """
+    if not _is_int(partition_count):
+        raise ValueError(f"partition_count must be an int, got {partition_count!r}")
     if partition_count < 0:
         raise ValueError(f"partition_count must be >= 0, got {partition_count}")
+    counts = _check_counts(counts)
     flows = len(counts)
     if flows == 0:
         raise ValueError("counts must name at least one flow, got []")
-    for i, c in enumerate(counts):
-        if c < 0:
-            raise ValueError(f"counts[{i}] must be >= 0, got {c}")
-    base, extra = divmod(partition_count, flows)
+    base, extra = divmod(int(partition_count), flows)
     order = sorted(range(flows), key=lambda i: (-counts[i], i))
     targets = [base] * flows
     for i in order[:extra]:
@@ -75,14 +78,23 @@ def count_targets(counts: Sequence[int], partition_count: int) -> list[int]:
     return targets
 
 
+def _check_counts(counts: Sequence[int]) -> list[int]:
+    """Partitions per flow: the planners' shared validator, then ints only (a count of 1.5 is a bug)."""
+    values = check_values("counts", counts)
+    if values.size and values.dtype.kind != "i":
+        raise ValueError(f"counts must hold ints, got dtype {values.dtype}")
+    return [int(c) for c in values.tolist()]
+
+
 def handoff_lower_bound(counts: Sequence[int], partition_count: int) -> int:
     """The fewest handoffs that bring `counts` (live-owned partitions per flow) to balance ±1."""
     targets = count_targets(counts, partition_count)
-    return sum(max(0, c - t) for c, t in zip(counts, targets))
+    return sum(max(0, c - t) for c, t in zip(_check_counts(counts), targets))
 
 
 def is_count_balanced(counts: Sequence[int]) -> bool:
-    return not counts or max(counts) - min(counts) <= 1
+    values = _check_counts(counts)
+    return not values or max(values) - min(values) <= 1
 
 
 def plan_count_balance(
@@ -97,6 +109,10 @@ def plan_count_balance(
     partitions move so that summed weight per flow is as even as the minimal handoff count allows.
     """
     owners = _owner_items(owner_by_partition)
+    if not is_sequence(flows):
+        raise ValueError(
+            f"flows must be a sequence of flow ids (its order breaks ties), got {describe(flows)}"
+        )
     flow_list = list(flows)
     if not flow_list:
         raise ValueError("flows must name at least one flow, got []")
@@ -136,12 +152,16 @@ def _owner_items(
     owner_by_partition: Mapping[int, FlowId | None] | Sequence[FlowId | None],
 ) -> list[tuple[int, FlowId | None]]:
     if isinstance(owner_by_partition, Mapping):
-        items = sorted(owner_by_partition.items(), key=lambda kv: kv[0])
-        for p, _ in items:
-            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+        for p in owner_by_partition:  # checked before sorting: mixed key types would raise TypeError
+            if not _is_int(p) or p < 0:
                 raise ValueError(f"owner_by_partition keys must be partitions (ints >= 0), got {p!r}")
-    else:
+        items = sorted(((int(p), o) for p, o in owner_by_partition.items()), key=lambda kv: kv[0])
+    elif is_sequence(owner_by_partition):
         items = list(enumerate(owner_by_partition))
+    else:
+        raise ValueError(
+            f"owner_by_partition must be a mapping or a sequence of owners, got {describe(owner_by_partition)}"
+        )
     for p, o in items:
         _check_hashable(f"owner_by_partition[{p}]", o)
     return items
@@ -157,6 +177,10 @@ def _check_hashable(name: str, value: object) -> None:
 def _weights(weights: Mapping[int, float] | Sequence[float], partitions: list[int]) -> dict[int, float]:
     out: dict[int, float] = {}
     is_map = isinstance(weights, Mapping)
+    if not is_map and not is_sequence(weights):
+        raise ValueError(f"weights must be a mapping or a sequence of numbers, got {describe(weights)}")
+    if isinstance(weights, np.ndarray):
+        as_1d("weights", weights)  # a 0-d or 2-d array is named, not indexed into
     for p in partitions:
         if is_map:
             if p not in weights:
@@ -166,10 +190,9 @@ def _weights(weights: Mapping[int, float] | Sequence[float], partitions: list[in
             if p >= len(weights):
                 raise ValueError(f"weights must cover every partition, got {len(weights)} for partition {p}")
             v = weights[p]
-        v = float(v)
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(f"weights[{p}] must be a finite number >= 0, got {v}")
-        out[p] = v
+        if not is_real(v) or v < 0:  # float(v) used to take "1.5" and True
+            raise ValueError(f"weights[{p}] must be a finite number >= 0, got {v!r}")
+        out[p] = float(v)
     return out
 
 

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from rebalancer._args import finite_float, integer
 from rebalancer.consumers import (
     AccessTypeChanged,
     Event,
@@ -163,31 +164,31 @@ def register(parser: argparse.ArgumentParser) -> None:
         ),
     )
     defaults = DemoConfig()
-    demo.add_argument("--partitions", type=int, default=defaults.partitions, help="partitions in the queue")
+    demo.add_argument("--partitions", type=integer(), default=defaults.partitions, help="partitions in the queue")
     demo.add_argument(
-        "--flows", type=int, default=defaults.flows, help="flows that bind first; one more binds later"
+        "--flows", type=integer(), default=defaults.flows, help="flows that bind first; one more binds later"
     )
     demo.add_argument(
         "--rebalance-delay",
-        type=float,
+        type=finite_float(),
         default=defaults.rebalance_delay_s,
         help="holddown in seconds before a rebalance starts",
     )
     demo.add_argument(
         "--max-handoff-time",
-        type=float,
+        type=finite_float(),
         default=defaults.max_handoff_time_s,
         help="seconds a handoff waits for acks before it completes by force",
     )
     demo.add_argument(
         "--unacked",
-        type=int,
+        type=integer(),
         default=defaults.unacked,
         help="unacked messages each partition holds when the new flow binds",
     )
     demo.add_argument(
         "--ack-after",
-        type=float,
+        type=finite_float(),
         default=defaults.ack_after_s,
         help="seconds the old owner takes to ack; above --max-handoff-time the handoff is forced",
     )

@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from rebalancer.balance._checks import as_1d, describe, is_real, is_sequence
 from rebalancer.balance.count import Move, plan_count_balance
 from rebalancer.consumers.events import (
     AccessTypeChanged,
@@ -207,19 +210,27 @@ class PartitionedQueue:
         """Per-partition throughput used to choose which partitions move (never how many).
 
         Changing weights does not start a rebalance by itself; a partition without a weight counts
-        as the mean of the known ones.
+        as the mean of the known ones. Each weight is a finite int or float >= 0 (numpy's too), as
+        in `plan_count_balance`: a str, a bool or None raises ValueError naming it.
         """
         if now is not None:
             self._advance(now)
-        items = weights.items() if isinstance(weights, Mapping) else enumerate(weights)
+        items: Iterable[tuple[object, float]]
+        if isinstance(weights, Mapping):
+            items = weights.items()
+        elif is_sequence(weights):  # a str would be enumerated character by character
+            if isinstance(weights, np.ndarray):
+                as_1d("weights", weights)  # a 0-d or 2-d array is named, not indexed into
+            items = enumerate(weights)
+        else:
+            raise ValueError(f"weights must be a mapping or a sequence of numbers, got {describe(weights)}")
         table: dict[int, float] = {}
         for p, v in items:
             if not isinstance(p, int) or isinstance(p, bool) or p < 0:
                 raise ValueError(f"weights keys must be partitions (ints >= 0), got {p!r}")
-            v = float(v)
-            if not math.isfinite(v) or v < 0:
-                raise ValueError(f"weights[{p}] must be a finite number >= 0, got {v}")
-            table[p] = v
+            if not is_real(v) or v < 0:  # float(v) used to take "1.5" and True, and raise on None
+                raise ValueError(f"weights[{p}] must be a finite number >= 0, got {v!r}")
+            table[p] = float(v)
         self._weights = table
         if now is not None:
             self._settle()

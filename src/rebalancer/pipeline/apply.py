@@ -20,7 +20,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -40,7 +40,9 @@ from rebalancer.pipeline.slots import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
@@ -148,18 +150,31 @@ def _encode_value(value: Any) -> Any:
     raise TypeError(f"a key of type {type(value).__name__} cannot be stored")
 
 
+_DECODERS: dict[str, Callable[[str], Any]] = {
+    "float": float,
+    "datetime": dt.datetime.fromisoformat,
+    "date": dt.date.fromisoformat,
+    "decimal": decimal.Decimal,
+    "bytes": bytes.fromhex,
+}
+
+
 def _decode_value(value: Any) -> Any:
-    if not isinstance(value, dict):
+    """A key value as `_encode_value` stored it; ValueError for anything it never writes."""
+    if value is None or isinstance(value, bool | int | float | str):
         return value
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError(f"not a stored key value: {value!r}")
     ((tag, text),) = value.items()
-    decoders: dict[str, Callable[[str], Any]] = {
-        "float": float,
-        "datetime": dt.datetime.fromisoformat,
-        "date": dt.date.fromisoformat,
-        "decimal": decimal.Decimal,
-        "bytes": bytes.fromhex,
-    }
-    return decoders[tag](text)
+    decoder = _DECODERS.get(tag)
+    if decoder is None:
+        raise ValueError(f"unknown value tag {tag!r} in {value!r}")
+    if not isinstance(text, str):
+        raise ValueError(f"a {tag} value is stored as text, got {value!r}")
+    try:
+        return decoder(text)
+    except (ValueError, decimal.InvalidOperation) as exc:
+        raise ValueError(f"cannot read {value!r}: {exc}") from None
 
 
 def encode_key(key: Key) -> list[Any]:
@@ -168,6 +183,66 @@ def encode_key(key: Key) -> list[Any]:
 
 def decode_key(values: Sequence[Any]) -> Key:
     return tuple(_decode_value(value) for value in values)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _stored_key_problem(where: str, values: Any, width: int) -> str | None:
+    if not isinstance(values, list) or len(values) != width:
+        return f"{where}: key must be a list of {width} values, got {values!r}"
+    try:
+        decode_key(values)
+    except ValueError as exc:
+        return f"{where}: {exc}"
+    return None
+
+
+def _store_problem(data: Any) -> str | None:
+    """Why a store of this version cannot be used (None when it can): everything `previous_owner`,
+    `key_costs` and `save_plan` read is checked here, once per change of the file, so a damaged
+    file is ignored as a whole rather than failing in one of them."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    columns = data.get("key")
+    if not isinstance(columns, list) or not columns or not all(isinstance(name, str) for name in columns):
+        return f"key must be a list of column names, got {columns!r}"
+    partitions = data.get("partitions")
+    if partitions is not None and (not _count(partitions) or partitions < 1):
+        return f"partitions must be an int >= 1, got {partitions!r}"
+    items, measured = data.get("items", []), data.get("measured", [])
+    for name, rows in (("items", items), ("measured", measured)):
+        if not isinstance(rows, list):
+            return f"{name} must be a list, got {type(rows).__name__}"
+        for n, row in enumerate(rows):
+            if not isinstance(row, dict):
+                return f"{name}[{n}] must be an object, got {row!r}"
+    for n, row in enumerate(items):
+        missing = sorted({"key", "shard", "slot"} - set(row))
+        if missing:
+            return f"items[{n}] has no {', '.join(missing)}: {row!r}"
+        problem = _stored_key_problem(f"items[{n}]", row["key"], len(columns))
+        if problem:
+            return problem
+        if row["shard"] is not None and not _count(row["shard"]):
+            return f"items[{n}]: shard must be null or an int >= 0, got {row['shard']!r}"
+        slot = row["slot"]
+        if not _count(slot) or (partitions is not None and slot >= partitions):
+            return f"items[{n}]: slot must be an int in [0, {partitions}), got {slot!r}"
+    for n, row in enumerate(measured):
+        missing = sorted({"key", "rows", "seconds", "calls"} - set(row))
+        if missing:
+            return f"measured[{n}] has no {', '.join(missing)}: {row!r}"
+        problem = _stored_key_problem(f"measured[{n}]", row["key"], len(columns))
+        if problem:
+            return problem
+        seconds = row["seconds"]
+        if not (_count(row["rows"]) and _count(row["calls"])) or not (
+            isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds < math.inf
+        ):
+            return f"measured[{n}]: rows and calls must be ints >= 0 and seconds a number >= 0: {row!r}"
+    return None
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -194,7 +269,8 @@ class PlanStore:
         self.path = Path(path)
         # The last state read or written, and the file's stat then: one parse per change of the
         # file, where one balanced_apply reads the state three times and a run's keys are thousands.
-        self._cached: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        # None for a state that was ignored: a damaged file gets one warning, not one per read.
+        self._cached: tuple[tuple[int, int, int], dict[str, Any] | None] | None = None
 
     def __repr__(self) -> str:
         return f"PlanStore({str(self.path)!r})"
@@ -207,21 +283,27 @@ class PlanStore:
         return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
     def load(self) -> dict[str, Any] | None:
-        """The stored state, or None when there is none (or it was written by another version).
+        """The stored state, or None when there is none, it was written by another version, or it
+        cannot be read or used (one warning naming the file; the next plan is made afresh).
 
         The state is shared with the cache: callers build new dicts rather than change it."""
         stamp = self._stamp()
         if stamp is not None and self._cached is not None and self._cached[0] == stamp:
             return self._cached[1]
+        file = self.path / self.FILE
         try:
-            data = json.loads((self.path / self.FILE).read_text())
+            data = json.loads(file.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            log.warning("ignoring an unreadable plan store %s: %s", self.path, exc)
-            return None
-        if not isinstance(data, dict) or data.get("version") != STORE_VERSION:
-            return None
+            problem: str | None = f"{type(exc).__name__}: {exc}"
+        else:
+            if isinstance(data, dict) and data.get("version") != STORE_VERSION:
+                return None  # another version's store: not damaged, just not ours to read
+            problem = _store_problem(data)
+        if problem is not None:
+            log.warning("ignoring the plan store %s, which cannot be used: %s", file, problem)
+            data = None
         if stamp is not None:
             self._cached = (stamp, data)
         return data
@@ -888,8 +970,9 @@ def _make_call(
     items: Any,
     waits: Any,
     combine_group: Mapping[int, int] | None,
-) -> Callable[[int, pd.DataFrame], pd.DataFrame]:
-    """One group's call: `func` on a key's (or shard's) rows, timed, checked and reported.
+) -> Callable[[int, pd.DataFrame], tuple[Key, pd.DataFrame]]:
+    """One group's call: `func` on a key's (or shard's) rows, timed, checked and reported; gives
+    the key with the output, so that an output Arrow cannot take names its key (`_grouped_map`).
 
     A call's seconds run from the end of the task's previous call, so the cost paid outside `func`
     for a group (Arrow to pandas, cutting the group out of its batches) is charged to the key that
@@ -903,7 +986,7 @@ def _make_call(
     clock = TaskClock()  # unpickled afresh, and so restarted, by every task
     last_end: dict[int, float] = {}
 
-    def call(item: int, data: pd.DataFrame) -> pd.DataFrame:
+    def call(item: int, data: pd.DataFrame) -> tuple[Key, pd.DataFrame]:
         own_start = own_clock()
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else -1
@@ -933,112 +1016,308 @@ def _make_call(
             out = out.copy()
             group = combine_group.get(item)
             out[COMBINE_COLUMN] = group if group is not None else -1 - max(pid, 0)
-        return out
+        return key, out
 
     return call
 
 
-def _group_frame(pieces: list[pd.DataFrame]) -> pd.DataFrame:
-    """One group's rows, cut from consecutive batches, as a frame of their own (index 0..n-1),
-    as applyInPandas hands a group to its function."""
-    import pandas as pd
+class PandasTerms(NamedTuple):
+    """The session settings by which applyInPandas turns a group's Arrow rows into pandas and its
+    output back into Arrow (the confs pyspark's worker reads), read when `balanced_apply` is called."""
 
-    if len(pieces) == 1:
-        data = pieces[0].copy()  # the func may change its frame freely; the batch is a view
-        data.index = pd.RangeIndex(len(data))
-        return data
-    return pd.concat(pieces, ignore_index=True)
+    timezone: str
+    prefer_int_ext_dtype: bool  # spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype
+    safecheck: bool  # spark.sql.execution.pandas.convertToArrowArraySafely
+    large_var_types: bool  # spark.sql.execution.arrow.useLargeVarTypes
+    int_to_decimal: bool  # spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled
+
+    @classmethod
+    def of(cls, spark: Any) -> PandasTerms:
+        def flag(name: str, default: bool) -> bool:
+            """The setting's value, Spark's default when unset (`conf.get(name, default)` would
+            answer our default instead: convertToArrowArraySafely is true unless set)."""
+            try:
+                value = spark.conf.get(name)
+            except Exception:  # a setting this Spark does not know: pyspark's worker default
+                return default
+            return default if value is None else str(value).lower() == "true"
+
+        return cls(
+            timezone=str(spark.conf.get("spark.sql.session.timeZone")),
+            prefer_int_ext_dtype=flag("spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype", False),
+            safecheck=flag("spark.sql.execution.pandas.convertToArrowArraySafely", False),
+            large_var_types=flag("spark.sql.execution.arrow.useLargeVarTypes", False),
+            int_to_decimal=flag("spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled", False),
+        )
+
+    def to_pandas(self, data: pa.RecordBatch | pa.Table) -> pd.DataFrame:
+        """`data` as applyInPandas hands a group to its func: pyspark's own conversion, column by
+        column, so each column's dtype follows the nulls of these rows alone (an int column is
+        float64 only when they hold a null). A frame indexed 0..n-1 that shares nothing."""
+        import pandas as pd
+        from pyspark.sql.conversion import ArrowBatchTransformer
+
+        series = ArrowBatchTransformer.to_pandas(
+            data, timezone=self.timezone, prefer_int_ext_dtype=self.prefer_int_ext_dtype
+        )
+        return pd.concat(series, axis=1)
+
+    def to_arrow(self, frame: pd.DataFrame, schema: StructType) -> pa.RecordBatch:
+        """An output (its columns already in the schema's order) as applyInPandas converts it."""
+        from pyspark.sql.conversion import PandasToArrowConversion
+
+        return PandasToArrowConversion.convert(
+            frame,
+            schema,
+            timezone=self.timezone,
+            safecheck=self.safecheck,
+            arrow_cast=True,
+            prefers_large_types=self.large_var_types,
+            assign_cols_by_name=False,
+            int_to_decimal_coercion_enabled=self.int_to_decimal,
+        )
 
 
-def _unseen_groups(data: pd.DataFrame, key_columns: list[str]) -> list[pd.DataFrame]:
-    """Rows of keys the plan never saw, one frame per key, grouped as Spark groups them: nulls
-    together, NaNs together (the item already tells null from NaN, see `_with_slot_columns`)."""
-    import numpy as np
-    import pandas as pd
+def _any_null(array: pa.Array) -> bool:
+    """Whether `array` or anything nested in it holds a null: pyarrow turns a list of ints with a
+    null anywhere in the column into float arrays for every row."""
+    import pyarrow as pa
 
-    try:
-        codes = data.groupby(key_columns, dropna=False, sort=False).ngroup().to_numpy()
-    except TypeError:  # unhashable values (a struct key arrives as a dict): group by their text
-        text = pd.Series([repr(tuple(row)) for row in data[key_columns].itertuples(index=False)])
-        codes = pd.factorize(text)[0]
-    order = np.argsort(codes, kind="stable")
-    cuts = np.flatnonzero(np.diff(codes[order])) + 1
-    groups = []
-    for positions in np.split(order, cuts):
-        group = data.take(positions)
-        group.index = pd.RangeIndex(len(group))
-        groups.append(group)
-    return groups
+    if array.null_count:
+        return True
+    if isinstance(array, pa.StructArray):
+        return any(_any_null(child) for child in array.flatten())
+    values = getattr(array, "values", None)  # a list's or a map's: all of it, slice or not
+    return isinstance(values, pa.Array) and _any_null(values)
 
 
-OUTPUT_ROWS = 10_000  # rows the grouped map gathers from its calls before handing them to Spark
+def _keeps_dtype_with_nulls(kind: pa.DataType) -> bool:
+    """Whether pandas gets the same dtype for a flat column of `kind` with nulls as without: floats
+    (NaN), text, bytes, decimals and dates (None in objects), timestamps and durations (NaT) do;
+    ints (float64 with a null) and booleans (objects) do not, nor any type not known to."""
+    import pyarrow as pa
+
+    types = pa.types
+    return bool(
+        types.is_floating(kind)
+        or types.is_string(kind)
+        or types.is_large_string(kind)
+        or types.is_binary(kind)
+        or types.is_large_binary(kind)
+        or types.is_decimal(kind)
+        or types.is_date(kind)
+        or types.is_timestamp(kind)
+        or types.is_duration(kind)
+        or types.is_null(kind)
+    )
 
 
-def _grouped_map(
-    call: Callable[[int, pd.DataFrame], pd.DataFrame], key_columns: list[str]
-) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """The task's function: its rows arrive sorted by item, in Arrow batches converted to pandas.
-    Each item's rows are cut out and handed to `call` (an unseen key's, grouped by key first), and
-    the outputs leave in frames of about OUTPUT_ROWS rows.
-
-    Why not Spark's `groupBy().applyInPandas()`: it converts every group to pandas and back on
-    its own, a fixed cost per group that is a large part of a small key's cost. Here conversions
-    are per batch, and the rows, calls and checks are those of applyInPandas.
+class BatchFrames:
+    """The whole groups of one Arrow batch as the frames applyInPandas would give them, with as
+    few conversions as that allows. Converted alone, a group gets a column's dtype by the nulls
+    it holds itself (ints: int32 without nulls, float64 with them; booleans: bool or objects), so:
+    - a column whose dtype nulls don't change (floats, text, dates, ...; `_keeps_dtype_with_nulls`)
+      or that has nulls in all of the groups or in none is converted once for the batch;
+    - a column of ints or booleans with nulls in some groups only is converted twice for the
+      batch: as it is (for the groups with nulls) and with its nulls filled (for those without,
+      whose rows the filling does not touch);
+    - a nested column with a null anywhere (a null in one row's list of ints makes every row's list
+      float), or another type with nulls in some groups only, is converted per group.
     """
 
-    def run_item(item: int, pieces: list[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        data = _group_frame(pieces)
-        if item >= 0:
-            yield call(item, data)
-        else:
-            for group in _unseen_groups(data, key_columns):
-                yield call(item, group)
+    def __init__(self, terms: PandasTerms, values: pa.RecordBatch, starts: list[int], stops: list[int]) -> None:
+        import numpy as np
+        import pyarrow as pa
 
-    def grouped_map(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        self.terms = terms
+        self.offset = starts[0]
+        self.group_of = {start: group for group, start in enumerate(starts)}
+        span = values.slice(self.offset, stops[-1] - self.offset)
+        group_starts = np.asarray(starts, dtype=np.int64) - self.offset
+        own: list[int] = []  # converted per group
+        twins: list[int] = []  # converted twice, as they are and with their nulls filled
+        twin_nulls: list[np.ndarray] = []  # per twin: which groups hold a null in it
+        filled = span
+        for position, column in enumerate(span.columns):
+            kind = column.type
+            if pa.types.is_nested(kind):
+                if _any_null(column):
+                    own.append(position)
+                continue
+            if _keeps_dtype_with_nulls(kind) or column.null_count in (0, len(column)):
+                continue
+            nulls = np.logical_or.reduceat(column.is_null().to_numpy(zero_copy_only=False), group_starts)
+            if nulls.all():
+                continue
+            if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+                twins.append(position)
+                twin_nulls.append(nulls)
+                fill = pa.scalar(False if pa.types.is_boolean(kind) else 0, kind)
+                filled = filled.set_column(position, span.schema.field(position), column.fill_null(fill))
+            else:
+                own.append(position)
+        shared = [position for position in range(span.num_columns) if position not in set(own)]
+        self.own = own
+        self.own_span = span.select(own) if own else None
+        self.shared = terms.to_pandas(filled.select(shared)) if shared else None
+        # Per twin: its position in `shared`, its conversion with nulls, and the groups that take it.
+        self.twin_at = [shared.index(position) for position in twins]
+        self.with_nulls = terms.to_pandas(span.select(twins)) if twins else None
+        self.twin_nulls = np.stack(twin_nulls, axis=1) if twins else None
+
+    def frame(self, start: int, stop: int) -> pd.DataFrame:
+        """The rows start:stop of the batch (one whole group) as a frame of their own."""
         import numpy as np
         import pandas as pd
 
-        gathered: list[pd.DataFrame] = []
+        group = self.group_of[start]
+        start -= self.offset
+        stop -= self.offset
+        own = self.terms.to_pandas(self.own_span.slice(start, stop - start)) if self.own_span is not None else None
+        if self.shared is None:
+            assert own is not None
+            return own
+        data = self.shared.iloc[start:stop].copy()  # a fresh frame the func may change
+        data.index = pd.RangeIndex(len(data))
+        if self.twin_nulls is not None and self.with_nulls is not None:
+            for twin in np.flatnonzero(self.twin_nulls[group]):
+                data.isetitem(self.twin_at[twin], self.with_nulls.iloc[start:stop, twin].array.copy())
+        if own is not None:
+            for column, position in enumerate(self.own):
+                data.insert(position, own.columns[column], own.iloc[:, column], allow_duplicates=True)
+        return data
+
+
+def _unseen_groups(table: pa.Table, terms: PandasTerms, key_columns: list[str]) -> list[pd.DataFrame]:
+    """Rows of keys the plan never saw, one frame per key, grouped as Spark groups them: nulls
+    together, NaNs together (the item already tells null from NaN, see `_with_slot_columns`).
+    Each key's rows are converted on their own, as applyInPandas converts a group."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    keys = terms.to_pandas(table.select(key_columns))
+    try:
+        codes = keys.groupby(key_columns, dropna=False, sort=False).ngroup().to_numpy()
+    except TypeError:  # unhashable values (a struct key arrives as a dict): group by their text
+        text = pd.Series([repr(tuple(row)) for row in keys.itertuples(index=False)])
+        codes = pd.factorize(text)[0]
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    return [terms.to_pandas(table.take(pa.array(positions))) for positions in np.split(order, cuts)]
+
+
+OUTPUT_ROWS = 10_000  # rows the grouped map gathers from its calls before converting them to Arrow
+
+
+def _grouped_map(
+    call: Callable[[int, pd.DataFrame], tuple[Key, pd.DataFrame]],
+    key_columns: list[str],
+    terms: PandasTerms,
+    schema: StructType,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task's function, for `mapInArrow`: its rows arrive sorted by item, in Arrow batches.
+    Each item's rows are cut out and handed to `call` (an unseen key's, grouped by key first) as
+    the frame applyInPandas would give them, and the outputs leave in batches of about
+    OUTPUT_ROWS rows, converted as applyInPandas converts them.
+
+    Why not Spark's `groupBy().applyInPandas()`: it converts every group to pandas and back on
+    its own, a fixed cost per group that is a large part of a small key's cost. Here a batch's
+    whole groups are converted together, in a way that gives each the dtypes and values its own
+    conversion would (`BatchFrames`); a group cut by a batch's end is converted on its own. The
+    rows, dtypes, calls and checks are those of applyInPandas.
+    """
+
+    def run_item(item: int, table: pa.Table) -> Iterator[tuple[Key, pd.DataFrame]]:
+        """The calls of an item's rows, converted on their own (an unseen item's, per key)."""
+        if item >= 0:
+            yield call(item, terms.to_pandas(table))
+        else:
+            for group in _unseen_groups(table, terms, key_columns):
+                yield call(item, group)
+
+    def grouped_map(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pandas as pd
+        import pyarrow as pa
+
+        gathered: list[tuple[Key, pd.DataFrame]] = []
         gathered_rows = 0
         gathered_dtypes: list[Any] = []  # those of the outputs gathered
 
-        def flush() -> Iterator[pd.DataFrame]:
-            nonlocal gathered, gathered_rows
-            if gathered:
-                yield gathered[0] if len(gathered) == 1 else pd.concat(gathered, ignore_index=True)
-            gathered, gathered_rows = [], 0
+        def convert(key: Key, out: pd.DataFrame) -> pa.RecordBatch:
+            try:
+                return terms.to_arrow(out, schema)
+            except Exception as exc:  # Spark's own error, and the key whose output it was
+                raise RuntimeError(
+                    f"balanced_apply: func's output for key {key!r} does not fit the schema: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
 
-        def gather(outputs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        def flush() -> Iterator[pa.RecordBatch]:
+            nonlocal gathered, gathered_rows
+            outputs, gathered, gathered_rows = gathered, [], 0
+            if len(outputs) == 1:
+                yield convert(*outputs[0])
+            elif outputs:
+                try:
+                    together = terms.to_arrow(pd.concat([out for _, out in outputs], ignore_index=True), schema)
+                except Exception:  # find the output that fails on its own, to name its key
+                    for key, out in outputs:
+                        yield convert(key, out)
+                else:
+                    yield together
+
+        def gather(outputs: Iterable[tuple[Key, pd.DataFrame]]) -> Iterator[pa.RecordBatch]:
             """Outputs go together while their dtypes agree, so each converts as it would alone."""
             nonlocal gathered_rows, gathered_dtypes
-            for out in outputs:
+            for key, out in outputs:
                 if not len(out):
                     continue
                 dtypes = out.dtypes.tolist()
                 if gathered and dtypes != gathered_dtypes:
                     yield from flush()
                 gathered_dtypes = dtypes
-                gathered.append(out)
+                gathered.append((key, out))
                 gathered_rows += len(out)
                 if gathered_rows >= OUTPUT_ROWS:
                     yield from flush()
 
-        pieces: list[pd.DataFrame] = []
+        pieces: list[pa.RecordBatch] = []  # the open item's rows so far (it may go on in the next batch)
         current = 0
         for batch in batches:
-            if not len(batch):
+            if not batch.num_rows:
                 continue
-            items = batch.pop(ITEM_COLUMN).to_numpy()  # once per batch, not per group
+            item_at = batch.schema.get_field_index(ITEM_COLUMN)
+            items = batch.column(item_at).to_numpy()  # once per batch, not per group
+            values = batch.remove_column(item_at)
             cuts = (np.flatnonzero(items[1:] != items[:-1]) + 1).tolist()
-            for start, stop in zip([0, *cuts], [*cuts, len(batch)]):
+            starts, stops = [0, *cuts], [*cuts, batch.num_rows]
+            segments = list(zip(starts, stops))
+            first = 0
+            if pieces and int(items[0]) == current:  # the open item goes on here
+                pieces.append(values.slice(0, stops[0]))
+                first = 1
+            if pieces and (first == 0 or len(segments) > 1):  # ... and ends here or ended before
+                yield from gather(run_item(current, pa.Table.from_batches(pieces).combine_chunks()))
+                pieces = []
+            # Whole groups of this batch: all but the last, which may go on in the next one.
+            complete = segments[first:-1]
+            frames = None
+            if any(int(items[start]) >= 0 for start, _ in complete):
+                frames = BatchFrames(terms, values, [a for a, _ in complete], [b for _, b in complete])
+            for start, stop in complete:
                 item = int(items[start])
-                if pieces and item != current:
-                    yield from gather(run_item(current, pieces))
-                    pieces = []
-                current = item
-                pieces.append(batch.iloc[start:stop])
+                if item >= 0 and frames is not None:
+                    yield from gather([call(item, frames.frame(start, stop))])
+                else:
+                    yield from gather(run_item(item, pa.Table.from_batches([values.slice(start, stop - start)])))
+            if first == 0 or len(segments) > 1:
+                start, stop = segments[-1]
+                current = int(items[start])
+                pieces = [values.slice(start, stop - start)]
         if pieces:
-            yield from gather(run_item(current, pieces))
+            yield from gather(run_item(current, pa.Table.from_batches(pieces).combine_chunks()))
         yield from flush()
 
     return grouped_map
@@ -1132,13 +1411,14 @@ def balanced_apply(
     call = _make_call(
         func, key_columns, OutputCheck(out_schema.fieldNames(), by_name), tasks, items, waits, combine_group
     )
+    terms = PandasTerms.of(spark)
     # One exchange realises the plan; each task sorts its rows by item (an int: the keys were
     # compared once, in the broadcast join) and `_grouped_map` cuts the items out in Python.
     frame = (
         keyed.repartition(slots, SLOT_COLUMN)
         .sortWithinPartitions(ITEM_COLUMN)
         .drop(SLOT_COLUMN)
-        .mapInPandas(_grouped_map(call, key_columns), stage_schema)
+        .mapInArrow(_grouped_map(call, key_columns, terms, stage_schema), stage_schema)
     )
     if combining and combine is not None:
         frame = frame.groupBy(COMBINE_COLUMN).applyInPandas(

@@ -27,7 +27,7 @@ from rebalancer.pipeline.ingest import (
     read_raw,
 )
 from rebalancer.pipeline.paths import OutputPath, output_path
-from rebalancer.pipeline.session import default_parallelism, pipeline_conf
+from rebalancer.pipeline.session import default_parallelism, pipeline_conf, spark_error_reason
 from rebalancer.pipeline.slots import (
     SHARD_BUCKETS,
     Item,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rebalancer.pipeline.framework import Pipeline
+    from rebalancer.pipeline.kafka.telemetry import GroupRead
     from rebalancer.pipeline.sinks import PostgresSink
 
 log = logging.getLogger(__name__)
@@ -108,29 +109,72 @@ def builtin_calls(partitioning: str, plan: SlotPlan) -> int:
     return sum(1 for load in plan.load_after if load > 0)
 
 
+_ABSENT = object()  # no file at all: a first run, not a damaged one
+
+
+def _read_previous(path: OutputPath) -> tuple[Any, str | None]:
+    """(the JSON in `path`, None); (_ABSENT, None) when there is no file; (None, the problem) when
+    it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text()), None
+    except FileNotFoundError:
+        return _ABSENT, None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8, or Hadoop's one-line error
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _ignored(path: OutputPath, problem: str) -> None:
+    """One warning naming the file: a previous run's plan or summary is a hint, the run goes on without."""
+    log.warning("ignoring %s, which cannot be used: %s", path, problem)
+
+
 def load_previous_plan(out: OutputPath, partitions: int) -> dict[Item, int] | None:
     """The previous run's item -> slot map, if it was made for the same number of slots.
 
     A plan.json from before items were (type, shard) pairs is not trusted: its names were ambiguous.
+    One for another number of slots is not ours to use; a damaged one gets one warning (the plan is
+    then made afresh, as `apply.PlanStore` does for its own).
     """
     path = out / "plan.json"
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
+    saved, problem = _read_previous(path)
+    if saved is _ABSENT:
         return None
-    if saved.get("partitions") != partitions or not isinstance(saved.get("items"), list):
+    if problem is None and not isinstance(saved, dict):
+        problem = f"expected a JSON object, got {type(saved).__name__}"
+    if problem is not None:
+        _ignored(path, problem)
+        return None
+    if saved.get("partitions") != partitions:
+        return None
+    items = saved.get("items")
+    if not isinstance(items, list) or not all(isinstance(row, dict) for row in items):
+        _ignored(path, "its items are not a list of objects")
         return None
     try:
-        return items_from_json(saved["items"])
-    except (KeyError, TypeError, ValueError):
+        return items_from_json(items)
+    except (KeyError, TypeError, ValueError) as exc:
+        _ignored(path, f"an item is not {{type, shard, slot}}: {type(exc).__name__}: {exc}")
         return None
 
 
 def load_previous_summary(out: OutputPath) -> dict[str, Any] | None:
-    try:
-        return json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
+    """The previous run's summary, for the report's comparison; a damaged one gets one warning."""
+    path = out / "summary.json"
+    saved, problem = _read_previous(path)
+    if saved is _ABSENT:
         return None
+    if problem is None:
+        seconds = saved.get("task_seconds", []) if isinstance(saved, dict) else None
+        if not isinstance(saved, dict):
+            problem = f"expected a JSON object, got {type(saved).__name__}"
+        elif not isinstance(seconds, list) or not all(
+            isinstance(value, int | float) and not isinstance(value, bool) for value in seconds
+        ):
+            problem = "its task_seconds are not a list of numbers"
+    if problem is not None:
+        _ignored(path, problem)
+        return None
+    return saved
 
 
 def build_plan(
@@ -146,9 +190,38 @@ def build_plan(
     return make_plan(items, sharded, partitions, previous=previous, group_cost=group_cost, shard_of=shard_of)
 
 
-def _spark_error(exc: Exception) -> ValueError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ValueError(f"cannot read input: {first[:300]}")
+def _spark_error(exc: Exception, spec: InputSpec) -> ValueError:
+    return ValueError(f"cannot read input {input_name(spec)}: {spark_error_reason(exc)}")
+
+
+# Called between the outputs' commit and the group's offset commit: tests make it raise, to show
+# that a run stopped there is rewritten, not counted twice, by the next run. None outside tests.
+before_offset_commit: Callable[[], None] | None = None
+
+
+def _plan_group(spec: InputSpec) -> GroupRead | None:
+    """A `kafka://…?group=NAME` input's range, from the group's committed offsets; None otherwise."""
+    if spec.format != "kafka":
+        return None
+    from rebalancer.pipeline.kafka.telemetry import KafkaInput, plan_group_run
+
+    assert isinstance(spec, KafkaInput)
+    try:
+        return plan_group_run(spec)
+    except RuntimeError as exc:
+        raise ValueError(f"cannot read input {input_name(spec)}: {exc}") from None
+
+
+def _commit_group(group_read: GroupRead) -> None:
+    if before_offset_commit is not None:
+        before_offset_commit()
+    try:
+        group_read.commit()
+    except RuntimeError as exc:
+        raise ValueError(
+            f"the outputs are written but the offsets are not: {exc}; the next run reads the same "
+            f"records and rewrites batch {group_read.batch_id}"
+        ) from None
 
 
 def write_json(path: OutputPath, payload: dict[str, Any]) -> None:
@@ -237,6 +310,13 @@ def _run_batch(
         stage_seconds[stage] = round(now - since, 3)
         return now
 
+    group_read = _plan_group(spec)
+    if group_read is not None:
+        if handlers is not None and handlers.handlers:
+            raise ValueError("a kafka:// input with group takes no --handlers yet (their outputs are not kept per run)")
+        spec = group_read.spec  # type: ignore[assignment]  # a KafkaInput stands in for an InputSpec
+    # With a group each run adds a batch, as a stream's micro-batch does: OUT/metrics/batch_id=N/.
+    batch_dir = "" if group_read is None else f"/batch_id={group_read.batch_id}"
     step("read and count")
     t = time.perf_counter()
     classified = cacheable_rows(classify(read_raw(spark, spec))).persist(StorageLevel.MEMORY_AND_DISK)
@@ -245,7 +325,7 @@ def _run_batch(
             counts = count_input(classified, partitions)
         except (PySparkException, Py4JJavaError) as exc:
             # The first action reads every file: a file Spark cannot read fails here, before any output.
-            raise _spark_error(exc) from exc
+            raise _spark_error(exc, spec) from exc
         t = mark("read_and_count", t)
 
         step("plan")
@@ -261,7 +341,7 @@ def _run_batch(
 
         out.mkdir(parents=True, exist_ok=True)
         step("quarantine")
-        quarantine_rows(classified).write.mode("overwrite").parquet(str(out / "quarantine"))
+        quarantine_rows(classified).write.mode("overwrite").parquet(str(out / "quarantine") + batch_dir)
         t = mark("quarantine", t)
 
         step("dispatch and persist")
@@ -272,7 +352,7 @@ def _run_batch(
             metrics.write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
             .partitionBy("date")
-            .parquet(str(out / "metrics"))
+            .parquet(str(out / "metrics") + batch_dir)
         )
         task_rows, task_seconds = job.task_stats()
         t = mark("dispatch", t)
@@ -291,12 +371,15 @@ def _run_batch(
                     sink,
                     {"metrics": metrics, "quarantine": quarantine_rows(classified), **(kept or {})},
                     keys=routing.pipeline.table_keys(spark),
+                    batch_id=None if group_read is None else group_read.batch_id,
                 )
             finally:
                 metrics.unpersist()
                 for frame in (kept or {}).values():
                     frame.unpersist()
             t = mark("sink", t)
+        if group_read is not None:
+            _commit_group(group_read)  # after every output: a run that fails before reads them again
     finally:
         classified.unpersist()
 
@@ -329,6 +412,13 @@ def _run_batch(
     }
     if sink_section is not None:
         summary["sink"] = sink_section
+    if group_read is not None:
+        summary["kafka_group"] = {
+            "group": group_read.group,
+            "batch_id": group_read.batch_id,
+            "start": {str(p): o for p, o in sorted(group_read.start.items())},
+            "end": {str(p): o for p, o in sorted(group_read.end.items())},
+        }
     if counts.ingested != counts.accepted + counts.quarantined:
         raise RuntimeError("reconciliation failed: ingested != accepted + quarantined")
     if counts.accepted != summary["handled"] + summary["unhandled"]:

@@ -10,6 +10,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from rebalancer._args import finite_float, integer
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.paths import is_remote, join, local_path, location_argument
@@ -44,19 +45,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     gen.add_argument(
         "--out", "--output", dest="out", required=True, type=Path, help="directory to write the files into"
     )
-    gen.add_argument("--events", type=int, default=GenerateConfig.events, help="rows to write")
+    gen.add_argument("--events", type=integer(), default=GenerateConfig.events, help="rows to write")
     gen.add_argument(
-        "--types", type=int, default=GenerateConfig.types, help="distinct values of the type column"
+        "--types", type=integer(), default=GenerateConfig.types, help="distinct values of the type column"
     )
-    gen.add_argument("--skew", type=float, default=GenerateConfig.skew, help="Zipf exponent of type volumes")
+    gen.add_argument("--skew", type=finite_float(), default=GenerateConfig.skew, help="Zipf exponent of type volumes")
     gen.add_argument(
-        "--entities", type=int, default=GenerateConfig.entities, help="distinct entities per type"
+        "--entities", type=integer(), default=GenerateConfig.entities, help="distinct entities per type"
     )
-    gen.add_argument("--bad-rate", type=float, default=GenerateConfig.bad_rate, help="share of bad rows")
-    gen.add_argument("--seed", type=int, default=GenerateConfig.seed, help="random seed")
+    gen.add_argument("--bad-rate", type=finite_float(), default=GenerateConfig.bad_rate, help="share of bad rows")
+    gen.add_argument("--seed", type=integer(minimum=0), default=GenerateConfig.seed, help="random seed")
     gen.add_argument("--format", choices=FORMATS, default=GenerateConfig.format, help="file format to write")
-    gen.add_argument("--minutes", type=int, default=GenerateConfig.minutes, help="time span of the events")
-    gen.add_argument("--files", type=int, default=GenerateConfig.files, help="files to split the events into")
+    gen.add_argument("--minutes", type=integer(), default=GenerateConfig.minutes, help="time span of the events")
+    gen.add_argument("--files", type=integer(), default=GenerateConfig.files, help="files to split the events into")
     gen.set_defaults(func=cmd_generate)
 
     run = sub.add_parser(
@@ -76,7 +77,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"file or directory of Parquet, CSV or JSON Lines with columns ts, type, entity, value, found by name "
         f"(or a Hadoop filesystem URI: file://, hdfs://, s3a://, gs://, abfs://, passed to Spark as written) "
-        f"(or kafka://HOST:PORT/TOPIC, or kafka://embedded/TOPIC: an in-process mock cluster fed a sample) "
+        f"(or kafka://HOST:PORT/TOPIC[?option=value&...], e.g. ?group=NAME: resume from a consumer group's "
+        f"committed offsets and commit them after the outputs; or kafka://embedded/TOPIC: an in-process mock "
+        f"cluster fed a sample) "
         f"(see --columns); ts is ISO-8601 or epoch milliseconds, and timestamps without an offset are UTC "
         f"(default: a sample in {DEFAULT_INPUT})",
     )
@@ -105,7 +108,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--partitions",
-        type=int,
+        type=integer(),
         default=DEFAULT_PARTITIONS,
         help="Spark tasks the work is spread over, hash or weighted (the same on any machine, enough to show skew)",
     )
@@ -121,10 +124,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="a Spark Connect server, as pyspark spells it (the same as --master sc://…)",
     )
     run.add_argument("--stream", action="store_true", help="Structured Streaming over the input directory")
-    run.add_argument("--rebalance-every", type=int, default=5, help="re-plan every N micro-batches")
-    run.add_argument("--max-moves", type=int, default=None, help="items a streaming re-plan may move")
-    run.add_argument("--max-batches", type=int, default=None, help="stop after N micro-batches")
-    run.add_argument("--files-per-batch", type=int, default=1, help="input files per micro-batch")
+    run.add_argument("--rebalance-every", type=integer(), default=5, help="re-plan every N micro-batches")
+    run.add_argument("--max-moves", type=integer(minimum=0), default=None, help="items a streaming re-plan may move")
+    run.add_argument("--max-batches", type=integer(minimum=1), default=None, help="stop after N micro-batches")
+    run.add_argument("--files-per-batch", type=integer(minimum=1), default=1, help="input files per micro-batch")
     run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     run.add_argument(
         "--checkpoint",
@@ -134,9 +137,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--group-cost",
-        type=int,
+        type=integer(minimum=0),
         default=0,
         help="weighted: rows-equivalent cost of one handler call added to every planned item (default 0: rows only)",
+    )
+    run.add_argument(
+        "--kafka-timeout",
+        type=finite_float(minimum=0, exclusive=True),
+        default=None,
+        metavar="SECONDS",
+        help="a kafka:// input: how long to wait for the brokers' metadata and offsets before failing "
+        "(an unreachable server, a missing topic, a refused login); the reader option "
+        "metadataTimeoutMs (default 10)",
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(
@@ -364,6 +376,17 @@ def _handler_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _check_report_dir(report_dir: Path) -> None:
+    """--report-dir is written at the run's very end: a file in its way is refused before any work."""
+    if report_dir.exists() and not report_dir.is_dir():
+        raise ValueError(f"report-dir must be a directory, got a file: {report_dir}")
+    existing = report_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise ValueError(f"report-dir: cannot create {report_dir}: {existing} is not a directory")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -373,6 +396,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"partitions must be >= 1, got {args.partitions}")
     if args.rebalance_every < 1:
         raise ValueError(f"rebalance-every must be >= 1, got {args.rebalance_every}")
+    if args.report_dir is not None:
+        _check_report_dir(args.report_dir)
     master = session_master(args.master, getattr(args, "remote", None))
     handlers = None
     if args.handlers is not None:
@@ -401,6 +426,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"format: a kafka:// input holds JSON values, --format {args.format} is for files"
             )
         spec = parse_kafka_url(input_path, parse_columns(args.columns) if args.columns else None)
+        spec = spec.with_timeout(getattr(args, "kafka_timeout", None))
+        if not spec.embedded:
+            from rebalancer.pipeline.kafka.telemetry import check_kafka_input
+
+            check_kafka_input(spec, streaming=args.stream)  # before Spark: seconds, not a minute
+    elif getattr(args, "kafka_timeout", None) is not None:
+        raise ValueError("kafka-timeout: is for a kafka:// input")
     elif is_remote(input_path):
         spec = None  # checked through Spark's Hadoop FileSystem once the session is up
     else:
@@ -446,7 +478,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 spec = cast("InputSpec", embedded.enter_context(embedded_input(topic_spec, DEFAULT_SAMPLE)))
         if sink is not None:
             # A table with other columns fails here, before any work.
-            prepare_sink(sink, spark, stream=args.stream, handlers=handlers)
+            # A kafka input with a group keys its tables by batch, as a stream does.
+            grouped = any(k.lower() == "group" for k in getattr(spec, "options", None) or {})
+            prepare_sink(sink, spark, stream=args.stream or grouped, handlers=handlers)
         if args.stream:
             from rebalancer.pipeline.stream import StreamConfig, run_stream
 
@@ -460,18 +494,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                 available_now=args.available_now,
                 checkpoint=args.checkpoint,
             )
-            with console.status("streaming (Ctrl-C stops cleanly)"):
-                summary = run_stream(
-                    spark,
-                    spec,
-                    args.output,
-                    config,
-                    sink=sink,
-                    handlers=handlers,
-                    cost=args.cost,
-                    report_dir=args.report_dir,
-                    on_batch=lambda batch: console.print(batch.line(), highlight=False, soft_wrap=True),
-                )
+            from pyspark.errors import StreamingQueryException
+
+            from rebalancer.pipeline.ingest import input_name
+            from rebalancer.pipeline.session import spark_error_reason
+
+            try:
+                with console.status("streaming (Ctrl-C stops cleanly)"):
+                    summary = run_stream(
+                        spark,
+                        spec,
+                        args.output,
+                        config,
+                        sink=sink,
+                        handlers=handlers,
+                        cost=args.cost,
+                        report_dir=args.report_dir,
+                        on_batch=lambda batch: console.print(batch.line(), highlight=False, soft_wrap=True),
+                    )
+            except StreamingQueryException as exc:  # the query's own failure: its cause, in one line
+                raise ValueError(f"stream from {input_name(spec)} failed: {spark_error_reason(exc)}") from exc
         else:
             from rebalancer.pipeline.batch import run_batch
 

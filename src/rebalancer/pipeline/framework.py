@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer.pipeline.session import spark_error_reason
+
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
@@ -173,6 +175,8 @@ def _check_name(name: str) -> None:
 def load_handlers(path: str | Path) -> Pipeline:
     """The `Pipeline` defined by the Python file at `path` (ValueError if there is none, or two)."""
     file = Path(path)
+    if file.is_dir():
+        raise ValueError(f"handlers: {file} is a directory, not a Python file")
     if not file.is_file():
         raise ValueError(f"handlers: no such file: {file}")
     module_name = f"rebalancer_user_handlers_{abs(hash(str(file.resolve())))}"
@@ -189,7 +193,12 @@ def load_handlers(path: str | Path) -> Pipeline:
         spec.loader.exec_module(module)
     except ValueError as exc:
         raise ValueError(f"handlers: {file}: {exc}") from None
-    except Exception as exc:  # a user's module: any failure is one line naming the file
+    except SystemExit as exc:  # not an Exception: it would end the run with the module's own text
+        code = "" if exc.code is None else repr(exc.code)
+        raise ValueError(f"handlers: {file}: the module called sys.exit({code}) while being imported") from None
+    except KeyboardInterrupt:
+        raise  # Ctrl-C during the import: the command's interrupt, not the module's failure
+    except BaseException as exc:  # a user's module: any failure is one line naming the file
         raise ValueError(f"handlers: {file} failed to import: {type(exc).__name__}: {exc}") from None
     found = [value for value in vars(module).values() if isinstance(value, Pipeline)]
     if not found:
@@ -293,15 +302,13 @@ def run_handler(
 
 
 def handler_failure(name: str, exc: BaseException) -> ValueError:
-    """A handler's failure inside Spark as one line: what the handler did wrong, not Py4J's stack."""
-    text = str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    wanted = ("balanced_apply:", "Column names", "do not match", "RESULT_", "Exception:", "Error:")
-    reason = next(
-        (line for line in reversed(lines) if any(w in line for w in wanted)), lines[-1] if lines else ""
-    )
-    reason = re.sub(r"^(pyspark\.errors\.exceptions\.\w+\.)?\w*(Exception|Error): ", "", reason)
-    return ValueError(f"handler {name!r} failed: {reason[:400]}")
+    """A handler's failure inside Spark as one line: what the handler did wrong, not Py4J's stack.
+
+    `spark_error_reason`, as every Spark failure the pipeline reports: the exception at the end of
+    the task's traceback, all of its lines (a last-matching-line guess kept only the first of a
+    multi-line message, and took a SQL excerpt for an analysis error's reason).
+    """
+    return ValueError(f"handler {name!r} failed: {spark_error_reason(exc, limit=400)}")
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +46,8 @@ class GenerateConfig:
             raise ValueError(f"events must be >= 0, got {self.events}")
         if self.types < 1:
             raise ValueError(f"types must be >= 1, got {self.types}")
-        if self.skew < 0:
-            raise ValueError(f"skew must be >= 0, got {self.skew}")
+        if not math.isfinite(self.skew) or self.skew < 0:  # NaN passes `skew < 0`
+            raise ValueError(f"skew must be a finite number >= 0, got {self.skew}")
         if self.entities < 1:
             raise ValueError(f"entities must be >= 1, got {self.entities}")
         if not 0 <= self.bad_rate <= 1:

@@ -17,6 +17,7 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._secrets import masked_url
 from rebalancer.pipeline.paths import HEAD_BYTES, HadoopFS, OutputPath, is_uri, local_path, split_uri
 
 if TYPE_CHECKING:
@@ -313,8 +314,11 @@ def _inspect_remote(
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
+    from rebalancer.pipeline.session import spark_error_reason
+
+    shown = masked_url(uri)  # what errors quote: a password in the URI as *** (ftp://USER:PASSWORD@HOST)
     if spark is None:
-        raise ValueError(f"input {uri} is on a remote filesystem: it is checked once Spark has started")
+        raise ValueError(f"input {shown} is on a remote filesystem: it is checked once Spark has started")
     mapping = column_mapping(columns)
     fs = HadoopFS(spark)
     parts = split_uri(uri)
@@ -322,30 +326,29 @@ def _inspect_remote(
     _scheme, prefix, root = parts
     status = fs.status(uri)
     if status is None:
-        raise FileNotFoundError(f"input path does not exist: {uri}")
+        raise FileNotFoundError(f"input path does not exist: {shown}")
     if status.isDirectory():
         listed = [(Path(p), size) for p, size in fs.list_files(uri) if _is_data_file(Path(p))]
     else:
         listed = [(Path(root), int(status.getLen()))]
     if not listed:
-        raise ValueError(f"input path has no data files: {uri}")
+        raise ValueError(f"input path has no data files: {shown}")
     files = [file for file, _size in listed]
     fmt = detect_format(files, fmt)
     spec = InputSpec(path=Path(root or "/"), format=fmt, files=tuple(files), columns=mapping, uri=uri)
     if fmt == "parquet":
         try:
             names = spark.read.parquet(spec.reads_from()).columns
-        except (PySparkException, Py4JJavaError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ValueError(f"unreadable input {uri}: {first[:300]}") from None
-        _check_parquet_columns(names, mapping, uri)
+        except (PySparkException, Py4JJavaError) as exc:  # the cause, not "An error occurred while calling o64.parquet."
+            raise ValueError(f"unreadable input {shown}: {spark_error_reason(exc)}") from None
+        _check_parquet_columns(names, mapping, shown)
         return spec
     headers: dict[Path, tuple[str, ...]] = {}
     for file, size in listed:
         if size == 0:
             continue
-        shown = prefix + file.as_posix()
-        header = _check_text_columns(file, fmt, mapping, shown, fs.read_bytes(shown, HEAD_BYTES))
+        where = prefix + file.as_posix()
+        header = _check_text_columns(file, fmt, mapping, masked_url(where), fs.read_bytes(where, HEAD_BYTES))
         if header is not None:
             headers[file] = header
     return replace(spec, headers=headers)
@@ -439,8 +442,10 @@ def _check_remote_output(out: str | Path, spec: InputSpec, checkpoint: str | Pat
 
 
 def input_name(spec: Any) -> str:
-    """The input as the summaries show it: the URI as given, a local path, or a Kafka URL."""
-    return getattr(spec, "uri", None) or str(spec.path)
+    """The input as the summaries and errors show it: the URI as given (a password in it as ***, as
+    Hadoop's ftp:// takes one), a local path, or a Kafka URL (which has no query, nor user info)."""
+    uri = getattr(spec, "uri", None)
+    return masked_url(uri) if uri else str(spec.path)
 
 
 def text_schema(names: tuple[str, ...] | list[str] = REQUIRED_COLUMNS) -> StructType:

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from rebalancer._secrets import masked_url
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -131,7 +133,9 @@ class HadoopFS:
             java = exc.java_exception
             kind = java.getClass().getSimpleName()
             message = str(java.getMessage() or "").strip().splitlines()
-            text = f"{uri}: {kind}" + (f": {message[0][:300]}" if message else "")
+            # A password in the URI (Hadoop's ftp:// takes one) as ***, in the message too; cut after.
+            shown = masked_url(uri)
+            text = f"{shown}: {kind}" + (f": {message[0].replace(uri, shown)[:300]}" if message else "")
             if kind == "UnsupportedFileSystemException" or "ClassNotFoundException" in text:
                 text += " (put the filesystem's Hadoop connector on Spark's classpath: --packages or spark.jars)"
             if kind == "FileNotFoundException":

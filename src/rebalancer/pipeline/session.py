@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
+
+from rebalancer._numbers import parse_int
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,10 +116,13 @@ def default_parallelism(spark: SparkSession) -> int:
     `spark.default.parallelism` if the server sets it, else `spark.sql.shuffle.partitions`."""
     if not is_connect(spark):
         return int(spark.sparkContext.defaultParallelism)
-    configured = spark.conf.get("spark.default.parallelism", None) or spark.conf.get(
-        "spark.sql.shuffle.partitions", "200"
-    )
-    return max(int(str(configured)), 1)
+    key = "spark.default.parallelism"
+    configured = spark.conf.get(key, None)
+    if not configured:
+        key = "spark.sql.shuffle.partitions"
+        configured = spark.conf.get(key, "200")
+    # A server's setting, read as text: `int()` would take `1_0` or `٣`, or fail naming no setting.
+    return max(parse_int(str(configured), field=key), 1)
 
 
 def _connect_session(url: str, app_name: str, shuffle_partitions: int | None) -> SparkSession:
@@ -153,9 +159,74 @@ def pipeline_conf(spark: SparkSession) -> Iterator[None]:
 
 
 def _local_cores(master: str) -> int:
-    """Cores of a local[N] / local[*] master."""
+    """Cores of a local[N] / local[*] master.
+
+    N is read as `rebalancer._numbers` reads numbers: `isdigit()` passed `²` (then `int()` failed
+    naming nothing) and `٣` (read as 3, where Spark refuses the master). Anything else is refused
+    here, before the JVM starts, naming the master.
+    """
     inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
     head = inside.split(",")[0].strip()
-    if head == "*" or not head.isdigit():
+    if head == "*":
         return os.cpu_count() or 1
-    return max(int(head), 1)
+    try:
+        cores = parse_int(head, field="master")
+    except ValueError:
+        raise ValueError(
+            f"master: the thread count in {master!r} must be an integer or *, got {head!r}"
+        ) from None
+    return max(cores, 1)
+
+
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+# Where the exception's own lines end: Spark's SQLSTATE suffix, a JVM stack frame, a stack section.
+_AFTER_CAUSE = re.compile(r"^\s*(SQLSTATE: |at [\w$.]+\(|JVM stacktrace:|Driver stacktrace:)")
+# Types whose message is the whole story (the library's bad-input and failure types); others are kept.
+_PLAIN_TYPES = re.compile(r"^(builtins\.)?(ValueError|RuntimeError): ")
+_SQLSTATE = re.compile(r"(\s*SQLSTATE: \w+\.?)+$")
+
+
+def spark_error_reason(exc: BaseException, limit: int = 300) -> str:
+    """One line saying why a Spark action failed, for a user: the cause, not Spark's wrapping.
+
+    PySpark's errors (`PySparkException`, `AnalysisException`, `PythonException`, Py4J's
+    `Py4JJavaError`) carry the Python traceback of a data source or a task as text, and their first
+    line is Spark's ("[PYTHON_DATA_SOURCE_ERROR] ... Traceback (most recent call last):"). The cause
+    is the exception at the end of the last traceback: `ValueError: topic 'missing' does not exist`
+    gives "topic 'missing' does not exist". Without a Python traceback it is the root Java cause of a
+    Py4J error, else the error's first line; Spark's SQLSTATE suffix is dropped either way.
+    """
+    text = str(exc)
+    at = text.rfind(PYTHON_TRACEBACK)
+    reason = ""
+    if at >= 0:
+        cause: list[str] = []
+        for line in text[at + len(PYTHON_TRACEBACK) :].splitlines():
+            if not cause:  # the frames are indented; the exception starts at column 0
+                if line.strip() and not line[0].isspace():
+                    cause.append(line.strip())
+            elif not line.strip() or _AFTER_CAUSE.match(line):
+                break
+            else:
+                cause.append(line.strip())
+        reason = _PLAIN_TYPES.sub("", " ".join(cause))
+    if not reason:
+        reason = _java_root_cause(exc) or next((line.strip() for line in text.splitlines() if line.strip()), "")
+    reason = _SQLSTATE.sub("", reason).strip()
+    return (reason or type(exc).__name__)[:limit]
+
+
+def _java_root_cause(exc: BaseException) -> str:
+    """`Class: message` of the innermost cause of a Py4J error's Java exception; "" if there is none
+    (or the JVM cannot be asked)."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return ""
+    try:
+        while java.getCause() is not None:
+            java = java.getCause()
+        message = str(java.getMessage() or "").strip().splitlines()
+        return f"{java.getClass().getName()}: {message[0]}" if message else str(java.getClass().getName())
+    except Exception:  # Py4JError: the gateway is gone; the text is all there is
+        return ""
+

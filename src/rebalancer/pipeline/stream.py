@@ -153,16 +153,66 @@ def _empty_state(partitions: int) -> dict[str, Any]:
     }
 
 
+def _state_problem(data: Any, partitions: int) -> str | None:
+    """What makes a parsed state unusable (a key missing, a value of the wrong JSON type); None if fine.
+
+    The top-level keys are checked, and the totals' counters: what every batch and the summary read.
+    """
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    if data.get("version") != STATE_VERSION or data.get("partitions") != partitions:
+        return None  # another version, other partitions: the caller's own errors say which
+    for key, empty in _empty_state(partitions).items():
+        if empty is None:
+            continue
+        value = data.get(key)
+        kind = float if isinstance(empty, float) else type(empty)
+        if value is None or isinstance(value, bool) or not isinstance(value, kind):
+            return f"{key} must be a JSON {_JSON_TYPE[kind]}, got {_shown_json(value)}"
+        if key in ("task_rows", "task_seconds") and len(value) != partitions:
+            return f"{key} must hold one number per partition ({partitions}), got {len(value)}"
+    totals = data["totals"]
+    for counter in ("ingested", "accepted", "quarantined"):
+        if isinstance(totals.get(counter), bool) or not isinstance(totals.get(counter), int):
+            return f"totals.{counter} must be a JSON integer, got {_shown_json(totals.get(counter))}"
+    return None
+
+
+_JSON_TYPE: dict[type, str] = {int: "integer", float: "number", list: "array", dict: "object", str: "string"}
+
+
+def _shown_json(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
 class StreamState:
-    """The rebalancer's state under the checkpoint directory, replaced atomically per batch."""
+    """The rebalancer's state under the checkpoint directory, replaced atomically per batch.
+
+    No file is a new checkpoint: an empty state. A file that cannot be read, or does not hold a
+    state, is refused in one line naming it, never replaced by an empty state: it holds the last
+    batch applied (what keeps a batch Spark replays from being counted twice) and the totals of
+    every batch before, while Spark's own checkpoint next to it would go on from its offsets, so the
+    run would go on with its counts silently restarted from zero.
+    """
 
     def __init__(self, path: OutputPath, partitions: int) -> None:
         self.path = path
         self.partitions = partitions
+        problem: str | None
         try:
             self.data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except FileNotFoundError:
             self.data = _empty_state(partitions)
+            problem = None
+        except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8, or Hadoop's one-line error
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            problem = _state_problem(self.data, partitions)
+        if problem is not None:
+            raise ValueError(
+                f"checkpoint state {path} cannot be used: {' '.join(problem.split())}; "
+                "restore it, or start with a new --checkpoint"
+            )
         if self.data.get("version") != STATE_VERSION:
             raise ValueError(
                 f"checkpoint state {path} is from an older rebalancer (version {self.data.get('version', 1)}, "

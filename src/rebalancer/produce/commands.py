@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import time
 
+from rebalancer._args import finite_float, integer
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="produce_command", metavar="COMMAND")
@@ -18,18 +20,18 @@ def register(parser: argparse.ArgumentParser) -> None:
         "counted, messages per request and latency. A per-partition producer sends about one "
         "request per partition and linger interval; this one sends one per broker.",
     )
-    demo.add_argument("--brokers", type=int, default=3, help="mock brokers to start")
+    demo.add_argument("--brokers", type=integer(), default=3, help="mock brokers to start")
     demo.add_argument(
-        "--partitions", type=int, default=1000, help="partitions of the topic, spread over the brokers"
+        "--partitions", type=integer(), default=1000, help="partitions of the topic, spread over the brokers"
     )
     demo.add_argument(
-        "--messages", type=int, default=50_000, help="messages to send, round-robin over the partitions"
+        "--messages", type=integer(), default=50_000, help="messages to send, round-robin over the partitions"
     )
-    demo.add_argument("--rate", type=float, default=20_000.0, help="messages per second")
+    demo.add_argument("--rate", type=finite_float(), default=20_000.0, help="messages per second")
     demo.add_argument(
-        "--linger-ms", type=float, default=500.0, help="broker.linger.ms: how long a broker's batch waits"
+        "--linger-ms", type=finite_float(), default=500.0, help="broker.linger.ms: how long a broker's batch waits"
     )
-    demo.add_argument("--value-bytes", type=int, default=100, help="bytes per message value")
+    demo.add_argument("--value-bytes", type=integer(), default=100, help="bytes per message value")
     demo.set_defaults(func=cmd_demo)
 
 

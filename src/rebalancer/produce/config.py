@@ -3,6 +3,10 @@
 The seed's rule for the deprecated partition-level `linger.ms` contradicts itself; issue 4 settles
 it: only `linger.ms` set keeps the legacy per-partition behaviour (DeprecationWarning); both set,
 `broker.linger.ms` wins (warning).
+
+Numbers given as strings follow librdkafka's grammar (`strtol`/`strtod`: surrounding ASCII whitespace,
+an optional sign, ASCII digits) through `rebalancer._numbers`: Python's own `int()`/`float()` also take
+`1_0`, `٣` and Unicode spaces. Errors name the key and the value, except a secret key's value.
 """
 
 from __future__ import annotations
@@ -12,11 +16,18 @@ import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from rebalancer._numbers import parse_float, shown
+from rebalancer._numbers import parse_int as parse_decimal
+from rebalancer._secrets import SECRET_KEY_WORDS
+from rebalancer._secrets import is_secret_key as _is_secret_key
+
 __all__ = [
     "COLLECTOR_DEFAULTS",
     "COLLECTOR_KEYS",
+    "SECRET_KEY_WORDS",
     "CollectorConfig",
     "check_known_keys",
+    "is_secret_key",
     "parse_bool",
     "parse_int",
     "parse_ms",
@@ -32,6 +43,20 @@ COLLECTOR_DEFAULTS: dict[str, object] = {
 }
 # `linger.ms` is accepted (deprecated) but has no default: its presence changes behaviour.
 COLLECTOR_KEYS: tuple[str, ...] = (*COLLECTOR_DEFAULTS, "linger.ms")
+# SECRET_KEY_WORDS (rebalancer._secrets) make any key a secret, on top of security.SECRET_KEYS.
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether errors must hide `key`'s value: one of security.SECRET_KEYS, or a secret word in it."""
+    # Imported here: security imports this module (parse_bool), so a module-level import is circular.
+    from rebalancer.produce import security
+
+    return _is_secret_key(key, security.SECRET_KEYS)  # the package's one rule (the pipeline uses it too)
+
+
+def _shown(key: str, value: object) -> str:
+    """`value` for an error about `key`: its repr, or only its type for a secret key."""
+    return shown(value, secret=True) if is_secret_key(key) else repr(value)
 
 
 def check_known_keys(config: Mapping[str, object], valid: Iterable[str]) -> None:
@@ -45,43 +70,42 @@ def check_known_keys(config: Mapping[str, object], valid: Iterable[str]) -> None
 
 def parse_ms(key: str, value: object) -> float:
     """A non-negative, finite number of milliseconds (numeric strings accepted, as librdkafka does)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{key} must be a number of milliseconds, got {value!r}")
     if isinstance(value, str):
-        try:
-            number = float(value)
+        try:  # not float(): it takes "1_5" as 15.0 and non-ASCII digits
+            number = parse_float(value, field=key, finite=False)
         except ValueError:
-            raise ValueError(f"{key} must be a number of milliseconds, got {value!r}") from None
-    elif isinstance(value, int | float):
+            raise ValueError(f"{key} must be a number of milliseconds, got {_shown(key, value)}") from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
         try:
             number = float(value)
         except OverflowError:  # an int beyond float range (10**400) is not a finite number either
-            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}") from None
+            raise ValueError(f"{key} must be a finite number >= 0, got {_shown(key, value)}") from None
     else:
-        raise ValueError(f"{key} must be a number of milliseconds, got {value!r}")
+        raise ValueError(f"{key} must be a number of milliseconds, got {_shown(key, value)}")
     if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"{key} must be a finite number >= 0, got {_shown(key, value)}")
     return number
 
 
 def parse_int(key: str, value: object, *, minimum: int, allow_off: bool = False) -> int:
-    """An integer >= `minimum`, or -1 (off) when `allow_off`."""
+    """An integer >= `minimum`, or -1 (off) when `allow_off`; a string is decimal digits with an
+    optional sign (not isdigit(): it is true for '²', and lstrip("-") let '--5' through)."""
     number: int
     if isinstance(value, bool):
-        raise ValueError(f"{key} must be an integer, got {value!r}")
+        raise ValueError(f"{key} must be an integer, got {_shown(key, value)}")
     if isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        number = int(value)
+    elif isinstance(value, str):
+        number = parse_decimal(value, field=key, secret=is_secret_key(key))
     else:
-        raise ValueError(f"{key} must be an integer, got {value!r}")
+        raise ValueError(f"{key} must be an integer, got {_shown(key, value)}")
     if allow_off and number == -1:
         return -1
     if number < minimum:
         off = " (or -1 for off)" if allow_off else ""
-        raise ValueError(f"{key} must be >= {minimum}{off}, got {value!r}")
+        raise ValueError(f"{key} must be >= {minimum}{off}, got {_shown(key, value)}")
     return number
 
 
@@ -90,7 +114,7 @@ def parse_bool(key: str, value: object) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ValueError(f"{key} must be true or false, got {value!r}")
+    raise ValueError(f"{key} must be true or false, got {_shown(key, value)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import INTEGER_MAX_VALUE, commit_structure_validate
 
 from rebalancer.produce.aiokafka_adapter import Accumulator, BatchingSender, wait_on_metadata
@@ -101,6 +101,30 @@ def _parse_compression(value: object) -> int:
             "(rebalancer's 'kafka' extra brings it)"
         )
     return codec_id
+
+
+def _transaction_offsets(offsets: Mapping[TopicPartition, object]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """aiokafka's form of `offsets`; ValueError naming the partition for an offset that is not an int >= 0.
+
+    aiokafka checks the structure only: it would commit a negative offset as is.
+    """
+    malformed = f"offsets must map TopicPartition to an offset >= 0 (or OffsetAndMetadata), got {offsets!r}"
+    try:
+        items = dict(offsets)
+    except (TypeError, ValueError):
+        raise ValueError(malformed) from None
+    for tp, value in items.items():
+        if not isinstance(tp, TopicPartition):
+            continue  # left to aiokafka's structure check below
+        offset = value[0] if isinstance(value, tuple) and len(value) == 2 else value  # OffsetAndMetadata is a tuple
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(
+                f"offsets: topic {tp.topic!r} partition {tp.partition}: offset must be an int >= 0, got {offset!r}"
+            )
+    try:
+        return commit_structure_validate(items)
+    except (ValueError, TypeError, AssertionError):
+        raise ValueError(malformed) from None
 
 
 class _TopicRoute:
@@ -392,12 +416,7 @@ class BatchingProducer:
             )
         if not group_id or not isinstance(group_id, str):
             raise ValueError(f"group_id must be a non-empty string, got {group_id!r}")
-        try:
-            formatted = commit_structure_validate(dict(offsets))
-        except (ValueError, TypeError, AssertionError):
-            raise ValueError(
-                f"offsets must map TopicPartition to an offset >= 0 (or OffsetAndMetadata), got {offsets!r}"
-            ) from None
+        formatted = _transaction_offsets(offsets)
         await asyncio.shield(txn.add_offsets_to_txn(formatted, group_id))
 
     async def commit_transaction(self) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from aiokafka.helpers import create_ssl_context
 
+from rebalancer import _secrets
 from rebalancer.produce.config import parse_bool
 
 __all__ = ["PROTOCOLS", "SASL_MECHANISMS", "SECURITY_KEYS", "SecuritySettings"]
@@ -23,7 +24,7 @@ _SASL_KEYS = ("sasl.mechanism", "sasl.username", "sasl.password")
 _SSL_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 _SSL_KEYS = (*_SSL_FILES, "ssl.key.password", "enable.ssl.certificate.verification")
 SECURITY_KEYS: tuple[str, ...] = ("security.protocol", *_SASL_KEYS, *_SSL_KEYS)
-SECRET_KEYS: frozenset[str] = frozenset({"sasl.password", "ssl.key.password"})
+SECRET_KEYS: frozenset[str] = _secrets.SECRET_KEYS  # shared with the pipeline, which masks them in URLs
 
 
 def _text(config: Mapping[str, object], key: str) -> str | None:
@@ -34,6 +35,12 @@ def _text(config: Mapping[str, object], key: str) -> str | None:
         shown = type(value).__name__ if key in SECRET_KEYS else repr(value)
         raise ValueError(f"{key} must be a non-empty string, got {shown}")
     return value
+
+
+def _reason(exc: BaseException) -> str:
+    """The exception's type and OpenSSL's reason code (never its text, which could quote a file's content)."""
+    reason = getattr(exc, "reason", None) if isinstance(exc, ssl.SSLError) else None
+    return f"{type(exc).__name__} {reason}" if reason else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -111,19 +118,28 @@ class SecuritySettings:
         """The client's TLS context (None without TLS); a bad key or certificate raises ValueError."""
         if self.protocol not in ("SSL", "SASL_SSL"):
             return None
+        # The CA and the client certificate load in two steps, so an error names the keys actually
+        # set for the file that failed (and its path: a path is not a secret), never the password.
         try:
-            context = create_ssl_context(
-                cafile=self.ca_location,
-                certfile=self.certificate_location,
-                keyfile=self.key_location,
-                password=self.key_password,
-            )
+            context = create_ssl_context(cafile=self.ca_location)
         except (ssl.SSLError, OSError) as exc:
-            # The library's message names the failing file or reason, never the password.
+            where = f"ssl.ca.location {self.ca_location!r}" if self.ca_location else "the system's CA certificates"
             raise ValueError(
-                "ssl.certificate.location/ssl.key.location could not be loaded "
-                f"(wrong ssl.key.password or not a PEM file): {type(exc).__name__}"
+                f"{where} could not be loaded (not a PEM file of CA certificates): {_reason(exc)}"
             ) from None
+        if self.certificate_location is not None:
+            try:
+                context.load_cert_chain(self.certificate_location, self.key_location, self.key_password)
+            except (ssl.SSLError, OSError) as exc:
+                files = f"ssl.certificate.location {self.certificate_location!r}"
+                if self.key_location is not None:
+                    files += f" and ssl.key.location {self.key_location!r}"
+                why = (
+                    "wrong ssl.key.password, or not a PEM certificate and key"
+                    if self.key_password is not None
+                    else "not a PEM certificate and key; an encrypted key needs ssl.key.password"
+                )
+                raise ValueError(f"{files} could not be loaded ({why}): {_reason(exc)}") from None
         if not self.verify_certificates:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

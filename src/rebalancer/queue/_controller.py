@@ -6,6 +6,10 @@ so a plan never targets a worker that has retired meanwhile. Throughput moves co
 `plan_count_balance` (±1 partition per worker, fewest handoffs) once the holddown has passed. The
 holddown ends at the first change plus `rebalance_delay_ms`, however many changes follow (Solace's
 rule), so steady churn cannot postpone rebalancing forever.
+
+A throughput plan reads the loads and the owners under the queue's admin lock, which partition
+growth holds, so both describe the same partitions; the fence itself runs outside it. The lock order
+of the queue's parts is in docs/queue.md ("Locks").
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ class Controller:
     """Owns the plan lock, the measurements between rebalances, and the control thread."""
 
     def __init__(self, name: str, table: OwnershipTable, parts: Partitions, workers: list[DrainWorker],
-                 wake: Callable[[int], None], spawn: Callable[[], DrainWorker], *, interval_s: float,
+                 wake: Callable[[int], None], spawn: Callable[[], DrainWorker], admin: threading.RLock, *,
+                 interval_s: float,
                  delay_s: float, skip_ratio: float, fence_timeout_s: float, dedicated: bool,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
@@ -67,6 +72,7 @@ class Controller:
         self.workers = workers
         self.wake = wake
         self.spawn = spawn
+        self.admin = admin  # the queue's: partitions grow under it
         self.interval_s = interval_s
         self.delay_s = delay_s
         self.skip_ratio = skip_ratio
@@ -139,7 +145,10 @@ class Controller:
         return report
 
     def _rebalance(self, closed: bool) -> RebalanceReport:
-        throughput = self.throughput_source()
+        with self.admin:  # no partition is added between the measurement and the owners it is read with
+            measured = self.throughput_source()
+            owners = self.table.snapshot()
+        throughput = _fit(measured, len(owners))
         self.take_worker_items()
         active = [w.index for w in self.active()]
         reason = None
@@ -152,7 +161,7 @@ class Controller:
         if reason is not None:
             return RebalanceReport(0, 1.0, 1.0, 0.0, reason, time.time())
         slot = {w: i for i, w in enumerate(active)}
-        current = [slot.get(o, UNOWNED) for o in self.table.snapshot()]
+        current = [slot.get(o, UNOWNED) for o in owners]
         before = imbalance(_loads(throughput, current, len(active)))
         if before < self.skip_ratio:
             reason = f"max/mean worker load {before:.3f} is below rebalance_skip_ratio {self.skip_ratio:g}"
@@ -164,7 +173,7 @@ class Controller:
         moves = [(p, active[old] if old >= 0 else UNOWNED, active[new]) for p, old, new in plan.moves]
         result = self.table.apply(moves, self.wake, self.fence_timeout_s, accept=self._accepts,
                                   all_or_nothing=True)
-        after_owner = [slot.get(o, UNOWNED) for o in self.table.snapshot()]
+        after_owner = [slot.get(o, UNOWNED) for o in self.table.snapshot()[: len(owners)]]
         after = imbalance(_loads(throughput, after_owner, len(active)))
         return RebalanceReport(len(result.applied), before, after, result.wait_ms, None, time.time(),
                                failed=result.failed)
@@ -285,6 +294,12 @@ class Controller:
             self._closed = True
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _fit(throughput: list[int], partitions: int) -> list[int]:
+    """Loads for exactly `partitions` partitions: one added after an injected measurement was taken
+    has carried no measured load yet, and a load for a partition that does not exist is dropped."""
+    return list(throughput[:partitions]) + [0] * (partitions - len(throughput))
 
 
 def _loads(throughput: list[int], owner: list[int], workers: int) -> list[int]:

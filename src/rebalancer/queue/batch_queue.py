@@ -79,7 +79,7 @@ class BatchQueue:
         self._workers: list[DrainWorker] = []
         self._final = self._new_worker(FINAL)
         self._controller = Controller(
-            name, self._table, self._parts, self._workers, self._wake, self._spawn,
+            name, self._table, self._parts, self._workers, self._wake, self._spawn, self._admin,
             interval_s=config.rebalance_interval_ms / 1000.0, delay_s=config.rebalance_delay_ms / 1000.0,
             skip_ratio=config.rebalance_skip_ratio, fence_timeout_s=config.fence_timeout_ms / 1000.0,
             dedicated=self._pool_name is None)
@@ -224,19 +224,23 @@ class BatchQueue:
         controller = self._controller
         if not controller.periodic:
             controller.take_worker_items()
+        with self._admin:  # partitions grow under it: these three describe the same partitions
+            used = tuple(len(d) for d in self._parts.deques)
+            owners = self._table.snapshot()
+            types = {p: tuple(type_name(t) for t in ts) for p, ts in enumerate(self._parts.types) if ts}
         return BatchQueueStats(
             capacity_per_partition=self.config.buffer_size,
-            used=tuple(len(d) for d in self._parts.deques),
+            used=used,
             produced=self._parts.entered() - dropped - self._parts.aborted.value(),
             dispatched=sum(w.dispatched for w in workers),
             dropped=dropped,
             unhandled=sum(w.unhandled for w in workers),
             failed=sum(w.failed for w in workers),
             rejected=self._parts.rejected.value(),
-            owners=self._table.snapshot(),
+            owners=owners,
             worker_items=controller.last_worker_items,
             last_rebalance=controller.last_rebalance,
-            partition_types={p: tuple(type_name(t) for t in ts) for p, ts in enumerate(self._parts.types) if ts},
+            partition_types=types,
             worker_items_total=tuple(w.items for w in self._workers),
             unfinished=self._unfinished,
             self_drops=self._parts.self_drops.value(),

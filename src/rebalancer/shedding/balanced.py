@@ -26,8 +26,25 @@ import statistics
 from dataclasses import dataclass
 
 from rebalancer.balance import plan_rebalance
+from rebalancer.balance._checks import _is_int, describe, is_real
 from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
+
+
+def _count(name: str, value: int, minimum: int) -> int:
+    """An int (numpy's too, not a bool) >= `minimum`: a float count such as NaN passes `value < 1`."""
+    if not _is_int(value) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {describe(value)}")
+    return int(value)
+
+
+def _amount(name: str, value: float, *, positive: bool = False) -> float:
+    """A finite int or float >= 0 (> 0 when `positive`); NaN passes every `<` check, so it is named."""
+    if not is_real(value) or (value <= 0 if positive else value < 0):
+        raise ValueError(
+            f"{name} must be a finite number {'>' if positive else '>='} 0, got {describe(value)}"
+        )
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -57,29 +74,17 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
         in_flight_timeout_cycles: int = 5,
         resolution: float = 2.0,
     ) -> None:
-        PlanBoundPlacement.__init__(self, seed)
-        for name, value in (
-            ("low_hits", low_hits),
-            ("high_hits", high_hits),
-            ("no_return_cycles", no_return_cycles),
-        ):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if stop_gap < 0 or tolerance < 0 or max_moves_per_cycle < 0 or in_flight_timeout_cycles < 1:
-            raise ValueError(
-                "stop_gap, tolerance, max_moves_per_cycle must be >= 0 and in_flight_timeout_cycles >= 1, got "
-                f"{stop_gap}, {tolerance}, {max_moves_per_cycle}, {in_flight_timeout_cycles}"
-            )
-        self.low_hits = low_hits
-        self.high_hits = high_hits
-        self.stop_gap = stop_gap
-        self.tolerance = tolerance
-        self.max_moves_per_cycle = max_moves_per_cycle
-        self.no_return_cycles = no_return_cycles
-        self.in_flight_timeout_cycles = in_flight_timeout_cycles
-        if not resolution > 0 or resolution == float("inf"):
-            raise ValueError(f"resolution must be a finite number > 0, got {resolution}")
-        self.resolution = resolution
+        if seed is not None and not _is_int(seed):
+            raise ValueError(f"seed must be an int or None, got {describe(seed)}")
+        PlanBoundPlacement.__init__(self, None if seed is None else int(seed))
+        self.low_hits = _count("low_hits", low_hits, 1)
+        self.high_hits = _count("high_hits", high_hits, 1)
+        self.stop_gap = _amount("stop_gap", stop_gap)
+        self.tolerance = _amount("tolerance", tolerance)
+        self.max_moves_per_cycle = _count("max_moves_per_cycle", max_moves_per_cycle, 0)
+        self.no_return_cycles = _count("no_return_cycles", no_return_cycles, 1)
+        self.in_flight_timeout_cycles = _count("in_flight_timeout_cycles", in_flight_timeout_cycles, 1)
+        self.resolution = _amount("resolution", resolution, positive=True)
         self.cycle = 0
         self.hits: dict[str, int] = {}
         self.in_flight: dict[str, _InFlight] = {}

@@ -36,6 +36,14 @@ class PlacementStrategy(ABC):
     ) -> str | None:
         """The broker for ``bundle`` among ``candidates``, or None when there is none."""
 
+    def choices(
+        self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> list[str]:
+        """The brokers ``select_broker`` would draw from, sorted; one when it decides. Updates state as
+        ``select_broker`` does. The conformance harness compares these sets, not random draws."""
+        chosen = self.select_broker(candidates, bundle, cluster, conf)
+        return [] if chosen is None else [chosen]
+
     def on_active_brokers_change(self, active_brokers: set[str]) -> None:  # noqa: B027 - optional hook
         """Forget state about brokers that left."""
 
@@ -61,11 +69,29 @@ class PlanBoundPlacement(PlacementStrategy):
             return planned
         return self.unplanned_broker(ordered, bundle, cluster, conf)
 
+    def choices(
+        self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> list[str]:
+        ordered = sorted_candidates(candidates, cluster)
+        cluster.check_bundle(bundle)
+        if not ordered:
+            return []
+        planned = self.bundle_broker_plan.pop(bundle, None)
+        if planned is not None and planned in candidates:
+            return [planned]
+        return self.unplanned_choices(ordered, bundle, cluster, conf)
+
     @abstractmethod
     def unplanned_broker(
         self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
     ) -> str:
         """The broker for a bundle the plan says nothing about (cluster start, broker failure)."""
+
+    def unplanned_choices(
+        self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> list[str]:
+        """What ``unplanned_broker`` draws from; a deterministic strategy's single choice by default."""
+        return [self.unplanned_broker(ordered, bundle, cluster, conf)]
 
 
 def sorted_candidates(candidates: Iterable[str], cluster: ClusterLoad) -> list[str]:

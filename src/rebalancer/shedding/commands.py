@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rebalancer._args import finite_float, integer
 from rebalancer.shedding.compare import (
     PIP_COLUMNS,
     Comparison,
@@ -31,35 +32,9 @@ from rebalancer.shedding.sim import (
     with_minutes,
 )
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+_positive = integer(minimum=1)
+_non_negative = integer(minimum=0)
+_positive_float = finite_float(minimum=0, exclusive=True)
 
 
 def _replay_inputs(p: argparse.ArgumentParser, required: bool) -> None:
@@ -161,7 +136,14 @@ def _config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(report_delay=args.report_delay, interval=args.interval)
 
 
+def _check_plot(plot: Path | None) -> None:
+    """Before the simulation: matplotlib would write DIR.png for a directory, not what was asked."""
+    if plot is not None and plot.is_dir():
+        raise ValueError(f"--plot must be a PNG file to write, got the directory {str(plot)!r}")
+
+
 def simulate_command(args: argparse.Namespace) -> int:
+    _check_plot(args.plot)
     sc = scenario(args.scenario, small=args.small)
     if args.minutes is not None:
         sc = with_minutes(sc, args.minutes)
@@ -269,6 +251,7 @@ def _write_plots(comparison: Comparison, args: argparse.Namespace, console: Cons
 
 
 def replay_command(args: argparse.Namespace) -> int:
+    _check_plot(args.plot)
     (combo,) = _combos(args, [args.strategy])
     snapshots = load_reports(args.reports)
     result = replay(snapshots, combo, args.seed, _config(args), args.converge_target, "reports")

@@ -160,8 +160,14 @@ def _pyplot() -> Any:
 
 
 def plot_result(result: SimResult, path: Path, overload: float = 85.0) -> Path:
-    """Usage per broker over time, with the spread underneath."""
+    """Usage per broker over time, with the spread underneath; returns the file written.
+
+    A path without a suffix gets `.png`, as matplotlib adds it: the path returned is the real one.
+    """
     plt = _pyplot()
+    path = Path(path)
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, height_ratios=(3, 1))
     many = len(result.usage) > 12

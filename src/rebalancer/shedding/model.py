@@ -2,14 +2,17 @@
 
 The shapes mirror what Pulsar's leader broker sees: a load report per broker (resource usages in
 percent, message rates, the bundles it owns) and per-bundle rates. Settings keep Pulsar's names in
-snake_case without the ``loadBalancer`` prefix, with Pulsar's defaults, so a scenario written for
-Pulsar's own tests reads the same here.
+snake_case without the ``loadBalancer`` prefix, with the defaults of Pulsar 4.2.4 (the version the
+conformance harness in conformance/pulsar pins), so a scenario written for Pulsar's own tests reads the
+same here.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -23,8 +26,17 @@ _BROKER_RATE_FIELDS = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_
 
 
 def is_real(value: object) -> bool:
-    """A finite int or float that is not a bool (True is not a CPU percentage)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float that is not a bool (True is not a CPU percentage).
+
+    An int too large for a float (``10**400``) is not finite either: ``math.isfinite`` would raise
+    OverflowError on it, which is not the ValueError callers promise.
+    """
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_rate(owner: str, name: str, value: float) -> None:
@@ -69,7 +81,11 @@ class BundleLoad:
 
 @dataclass(frozen=True, slots=True)
 class BrokerLoad:
-    """One broker's load report: usages in percent (0..100), rates, and the bundles it owns."""
+    """One broker's load report: usages in percent of their limits, rates, and the bundles it owns.
+
+    A usage may exceed 100 (a CPU used beyond its limit): Pulsar takes ``usage / limit`` as it is, and
+    so do the ports.
+    """
 
     cpu: float
     memory: float
@@ -83,13 +99,19 @@ class BrokerLoad:
     bundles: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bundles", tuple(self.bundles))
+        bundles = self.bundles
+        if isinstance(bundles, str | bytes) or not isinstance(bundles, Iterable):  # "xy" is not 2 bundles
+            raise ValueError(f"BrokerLoad.bundles must be a sequence of bundle names, got {bundles!r}")
+        object.__setattr__(self, "bundles", tuple(bundles))
 
     def validate(self, name: str) -> None:
+        for i, bundle in enumerate(self.bundles):
+            if not isinstance(bundle, str):
+                raise ValueError(f"broker {name!r}: bundles[{i}] must be a bundle name (str), got {bundle!r}")
         for usage in _USAGE_FIELDS:
             value = getattr(self, usage)
-            if not is_real(value) or not 0.0 <= value <= 100.0:
-                raise ValueError(f"broker {name!r}: {usage} must be within 0..100 percent, got {value!r}")
+            if not is_real(value) or value < 0.0:
+                raise ValueError(f"broker {name!r}: {usage} must be a finite percentage >= 0, got {value!r}")
         for rate in _BROKER_RATE_FIELDS:
             value = getattr(self, rate)
             if not is_real(value) or value < 0:
@@ -106,7 +128,7 @@ class BrokerLoad:
         return self.msg_throughput_in + self.msg_throughput_out
 
     def max_resource_usage(self) -> float:
-        """Pulsar's ``getMaxResourceUsage``: heap memory no longer counts (Pulsar 3.x); fraction 0..1."""
+        """Pulsar's ``getMaxResourceUsage``: heap memory no longer counts (Pulsar 4.2.4); a fraction."""
         return max(self.cpu, self.direct_memory, self.bandwidth_in, self.bandwidth_out) / 100.0
 
     def _weighted(self, conf: ShedderConfig) -> tuple[float, ...]:
@@ -119,12 +141,11 @@ class BrokerLoad:
         )
 
     def max_resource_usage_with_weight(self, conf: ShedderConfig) -> float:
-        """Pulsar's ``getMaxResourceUsageWithWeight``; fraction (1.0 is 100%)."""
-        return max(self._weighted(conf)) / 100.0
+        """The extensible manager's ``BrokerLoadData`` weighted max, heap memory included; a fraction.
 
-    def max_resource_usage_with_weight_within_limit(self, conf: ShedderConfig) -> float:
-        """Ignores weighted signals above 100%, as ThresholdShedder does when weights are mis-set."""
-        return max((v for v in self._weighted(conf) if v <= 100.0), default=0.0) / 100.0
+        The modular manager's strategies leave heap memory out (``pulsar.local_usage``).
+        """
+        return max(self._weighted(conf)) / 100.0
 
 
 @dataclass(frozen=True)
@@ -143,8 +164,17 @@ class ClusterLoad:
     _owner: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        for field_name, what in (
+            ("brokers", "broker names to BrokerLoad"),
+            ("bundles", "bundle names to BundleLoad"),
+            ("recently_unloaded", "bundle names to times"),
+        ):
+            if not isinstance(getattr(self, field_name), Mapping):
+                raise ValueError(f"{field_name} must map {what}, got {getattr(self, field_name)!r}")
         owner: dict[str, str] = {}
         for name, broker in self.brokers.items():
+            if not isinstance(name, str):
+                raise ValueError(f"broker names must be str, got {name!r}")
             if not isinstance(broker, BrokerLoad):
                 raise ValueError(f"broker {name!r} must be a BrokerLoad, got {type(broker).__name__}")
             broker.validate(name)
@@ -188,10 +218,6 @@ class ClusterLoad:
         data = self.bundles
         return [(b, data[b]) for b in self.brokers[broker].bundles if b in data]
 
-    def long_term_msg_rate(self, broker: str) -> float:
-        """Pulsar's TimeAverageBrokerData: the sum of the long-term rates of the broker's bundles."""
-        return sum(load.long_term_msg_rate for _, load in self.bundles_with_data(broker))
-
 
 PULSAR_IMPL = "org.apache.pulsar.broker.loadbalance.impl."
 
@@ -220,11 +246,11 @@ class ShedderConfig:
     average_resource_usage_difference_threshold_percentage: float = 10
     # OverloadShedder / LeastLongTermMessageRate
     broker_overloaded_threshold_percentage: float = 85
-    # resource weights. Heap memory is deprecated since Pulsar 3.0 and no longer a balancing signal
-    # (weight 0 here; Pulsar ignores its setting); direct memory still is, with weight 1.0.
+    # resource weights, Pulsar 4.2.4's defaults: heap and direct memory 0. The modular manager never
+    # counts heap memory; the extensible one (TransferShedder) weighs it by memory_resource_weight.
     cpu_resource_weight: float = 1.0
     memory_resource_weight: float = 0.0
-    direct_memory_resource_weight: float = 1.0
+    direct_memory_resource_weight: float = 0.0
     bandwidth_in_resource_weight: float = 1.0
     bandwidth_out_resource_weight: float = 1.0
     # cadence
@@ -296,21 +322,27 @@ class ShedderConfig:
     ) -> ShedderConfig:
         """Settings from Pulsar's own property names (``ServiceConfiguration``), e.g. a parsed broker.conf.
 
-        Values may be strings as in broker.conf (an empty one means "not set", as in Pulsar) or
-        numbers. ``loadBalancer*`` keys this model does not use are logged in one warning; other
-        keys are the rest of a broker's settings and are ignored. A bad value raises ValueError naming
-        the Pulsar key. ``overrides`` are field values applied on top.
+        Values may be strings as in broker.conf (a blank one means "not set", as in Pulsar) or
+        Python values. Strings are parsed as Pulsar's FieldParser does, by the property's Java type
+        (``PROPERTY_TYPES``): trimmed as ``String.trim`` does, then ``Integer.valueOf``,
+        ``Long.valueOf`` or ``Double.valueOf``, so ``"1_0"``, ``"8.5"`` for an int or ``"inf"`` are
+        refused as Pulsar refuses them; booleans must read true or false (Pulsar would silently read
+        anything else as false). A Python value must have the property's type: no float for an int
+        property, no bool for a number. ``loadBalancer*`` keys this model does not use are logged in
+        one warning; other keys are the rest of a broker's settings and are ignored. A bad value
+        raises ValueError naming the Pulsar key. ``overrides`` are field values applied on top.
         """
         values: dict[str, object] = {}
+        parsed: dict[str, object] = {}
         types = {f.name: f.type for f in fields(cls)}
         unused: list[str] = []
         for key, raw in properties.items():
             if not isinstance(key, str):
                 raise ValueError(f"property names must be strings, got {key!r}")
-            if isinstance(raw, str) and not raw.strip():
+            if isinstance(raw, str) and _java_blank(raw):
                 continue
             if key in IGNORED_PROPERTIES:
-                _parse(key, raw, "float")
+                _parse(key, raw, PROPERTY_TYPES[key])
                 log.warning("%s: %s; ignored", key, IGNORED_PROPERTIES[key])
                 continue
             name = PROPERTY_NAMES.get(key)
@@ -318,7 +350,14 @@ class ShedderConfig:
                 if key.startswith(("loadBalancer", "loadBalance")):
                     unused.append(key)
                 continue
-            values[name] = _parse(key, raw, str(types[name]))
+            value = _parse(key, raw, PROPERTY_TYPES[key])
+            # Pulsar keeps some thresholds as Java ints where our field is a float (they are compared
+            # with float usages): parse as Pulsar's type, store as ours.
+            values[name] = parsed[key] = float(value) if types[name] == "float" else value  # type: ignore[arg-type]
+        for current, deprecated in _BANDWIDTH_SPELLINGS:
+            if current in parsed and deprecated in parsed:
+                chosen = parsed[current] if parsed[current] != 1.0 else parsed[deprecated]
+                values[PROPERTY_NAMES[current]] = chosen
         if unused:
             log.warning(
                 "ignoring loadBalancer settings the simulator does not model: %s", ", ".join(sorted(unused))
@@ -342,11 +381,15 @@ class ShedderConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"broker.conf not found: {str(path)!r}")
-        with path.open(encoding="utf-8") as f:
-            try:
+        # Binary, as Pulsar's Properties.load(InputStream) reads it: ISO-8859-1, with \uXXXX escapes
+        # for anything else, so no byte sequence fails to decode.
+        try:
+            with path.open("rb") as f:
                 properties = javaproperties.load(f)
-            except ValueError as err:
-                raise ValueError(f"{path}: not a Java properties file: {err}") from None
+        except OSError as err:
+            raise ValueError(f"{path}: cannot read: {err.strerror or err}") from None
+        except ValueError as err:
+            raise ValueError(f"{path}: not a Java properties file: {err}") from None
         return cls.from_properties(properties, **overrides)
 
 
@@ -376,9 +419,13 @@ PROPERTY_NAMES: dict[str, str] = {
     ),
     "loadBalancerBrokerOverloadedThresholdPercentage": "broker_overloaded_threshold_percentage",
     "loadBalancerCPUResourceWeight": "cpu_resource_weight",
+    "loadBalancerMemoryResourceWeight": "memory_resource_weight",
     "loadBalancerDirectMemoryResourceWeight": "direct_memory_resource_weight",
+    # the deprecated spelling first: an error names the current one
     "loadBalancerBandwithInResourceWeight": "bandwidth_in_resource_weight",
     "loadBalancerBandwithOutResourceWeight": "bandwidth_out_resource_weight",
+    "loadBalancerBandwidthInResourceWeight": "bandwidth_in_resource_weight",
+    "loadBalancerBandwidthOutResourceWeight": "bandwidth_out_resource_weight",
     "loadBalancerSheddingIntervalMinutes": "shedding_interval_minutes",
     "loadBalancerSheddingGracePeriodMinutes": "shedding_grace_period_minutes",
     "loadBalancerBrokerLoadTargetStd": "broker_load_target_std",
@@ -392,32 +439,187 @@ PROPERTY_NAMES: dict[str, str] = {
     "loadBalancerLoadPlacementStrategy": "load_placement_strategy",
 }
 
-# Known to Pulsar, read (and validated) here, but without effect, as in Pulsar 3.x.
-IGNORED_PROPERTIES: dict[str, str] = {
-    "loadBalancerMemoryResourceWeight": "heap memory is deprecated as a load signal since Pulsar 3.0",
+# Known to Pulsar, read (and validated) here, but without effect: none in Pulsar 4.2.4 (heap memory
+# still counts in TransferShedder, by its weight).
+IGNORED_PROPERTIES: dict[str, str] = {}
+
+# Pulsar 4.2.4 reads both spellings of the bandwidth weights: the current one, unless it is left at 1.0.
+_BANDWIDTH_SPELLINGS = (
+    ("loadBalancerBandwidthInResourceWeight", "loadBalancerBandwithInResourceWeight"),
+    ("loadBalancerBandwidthOutResourceWeight", "loadBalancerBandwithOutResourceWeight"),
+)
+
+
+# The Java type of each property in Pulsar's ServiceConfiguration, which decides how Pulsar parses it.
+PROPERTY_TYPES: dict[str, str] = {
+    "maxUnloadPercentage": "double",
+    "minUnloadMessage": "int",
+    "minUnloadMessageThroughput": "int",
+    "loadBalancerMsgRateDifferenceShedderThreshold": "double",
+    "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold": "double",
+    "maxUnloadBundleNumPerShedding": "int",
+    "loadBalancerAvgShedderLowThreshold": "int",
+    "loadBalancerAvgShedderHighThreshold": "int",
+    "loadBalancerAvgShedderHitCountLowThreshold": "int",
+    "loadBalancerAvgShedderHitCountHighThreshold": "int",
+    "loadBalancerHistoryResourcePercentage": "double",
+    "loadBalancerBrokerThresholdShedderPercentage": "int",
+    "loadBalancerBundleUnloadMinThroughputThreshold": "double",
+    "lowerBoundarySheddingEnabled": "boolean",
+    "loadBalancerAverageResourceUsageDifferenceThresholdPercentage": "int",
+    "loadBalancerBrokerOverloadedThresholdPercentage": "int",
+    "loadBalancerCPUResourceWeight": "double",
+    "loadBalancerMemoryResourceWeight": "double",
+    "loadBalancerDirectMemoryResourceWeight": "double",
+    "loadBalancerBandwithInResourceWeight": "double",
+    "loadBalancerBandwithOutResourceWeight": "double",
+    "loadBalancerBandwidthInResourceWeight": "double",
+    "loadBalancerBandwidthOutResourceWeight": "double",
+    "loadBalancerSheddingIntervalMinutes": "int",
+    "loadBalancerSheddingGracePeriodMinutes": "long",
+    "loadBalancerBrokerLoadTargetStd": "double",
+    "loadBalancerSheddingConditionHitCountThreshold": "int",
+    "loadBalancerTransferEnabled": "boolean",
+    "loadBalancerMaxNumberOfBrokerSheddingPerCycle": "int",
+    "loadBalanceSheddingDelayInSeconds": "long",
+    "loadBalancerMaxNumberOfBundlesInBundleLoadReport": "int",
+    "loadBalancerDebugModeEnabled": "boolean",
+    "loadBalancerLoadSheddingStrategy": "String",
+    "loadBalancerLoadPlacementStrategy": "String",
 }
 
+_INT_BITS = {"int": 32, "long": 64}
 
-def _parse(key: str, raw: object, kind: str) -> object:
-    """One property value as the field's type; the error names the Pulsar key."""
-    text = raw.strip() if isinstance(raw, str) else raw
-    if kind == "str":
-        if not isinstance(text, str):
-            raise ValueError(f"{key} must be a class name, got {raw!r}")
-        return text
-    if kind == "bool":
-        if isinstance(text, bool):
-            return text
-        if isinstance(text, str) and text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        raise ValueError(f"{key} must be true or false, got {raw!r}")
-    if isinstance(text, bool) or not isinstance(text, str | int | float):
-        raise ValueError(f"{key} must be a number, got {raw!r}")
+# --- Java's parsers, as Pulsar's FieldParser applies them to a broker.conf value ---------------------
+#
+# FieldParser skips a blank value (commons-lang StringUtils.isBlank: every char Character.isWhitespace),
+# trims the rest with String.trim (every char <= U+0020 at either end), then calls Integer.valueOf,
+# Long.valueOf, Double.valueOf or Boolean.valueOf.
+
+_JAVA_TRIM = "".join(chr(c) for c in range(0x21))
+# Character.isWhitespace: the Unicode space separators except the no-break ones, plus these controls.
+_JAVA_WHITESPACE_CONTROLS = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
+_NO_BREAK_SPACES = frozenset("\xa0\u2007\u202f")
+# Integer.parseInt: an optional sign, then chars Character.digit reads in radix 10 (any Unicode Nd
+# digit; `\d` below, checked to be one UTF-16 unit, as Java sees a supplementary char as surrogates).
+_INTEGER = re.compile(r"[+-]?(\d+)")
+# Double.valueOf (FloatingDecimal): ASCII digits only, no `_`; NaN and Infinity are case-sensitive and
+# take no suffix; a hex float needs its binary exponent; an optional d/D/f/F suffix ends a number.
+_DECIMAL = re.compile(
+    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)", re.ASCII
+)
+_HEX = re.compile(
+    r"([+-]?0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?", re.ASCII
+)
+
+
+def _java_blank(text: str) -> bool:
+    """StringUtils.isBlank over Character.isWhitespace: Pulsar treats such a value as not set."""
+    return all(
+        c in _JAVA_WHITESPACE_CONTROLS
+        or (unicodedata.category(c) in ("Zs", "Zl", "Zp") and c not in _NO_BREAK_SPACES)
+        for c in text
+    )
+
+
+def parse_java_int(text: str, bits: int = 32) -> int:
+    """``Integer.valueOf`` (bits=32) or ``Long.valueOf`` (bits=64) of a trimmed property value.
+
+    Accepts what Java accepts: an optional sign and decimal digits, including other scripts' digits
+    (Java's ``Character.digit`` reads them, for chars up to U+FFFF); no ``_``, no ``.``, nothing
+    out of the type's range. Raises ValueError otherwise.
+    """
+    body = text.strip(_JAVA_TRIM)
+    match = _INTEGER.fullmatch(body)
+    if match is None or any(ord(c) > 0xFFFF for c in match.group(1)):
+        raise ValueError(f"not a Java integer: {text!r}")
+    limit = 2 ** (bits - 1)
+    magnitude = 0
+    for c in match.group(1):  # by hand: int() has a 4300-digit cap, and Java has none for leading zeros
+        magnitude = magnitude * 10 + unicodedata.decimal(c)
+        if magnitude > limit:
+            raise ValueError(f"out of the {bits}-bit range: {text!r}")
+    value = -magnitude if body[0] == "-" else magnitude
+    if not -limit <= value < limit:
+        raise ValueError(f"out of the {bits}-bit range: {text!r}")
+    return value
+
+
+def parse_java_double(text: str) -> float:
+    """``Double.valueOf`` of a trimmed property value: NaN and infinities come back as floats."""
+    body = text.strip(_JAVA_TRIM)
+    if _DECIMAL.fullmatch(body):
+        return float(body.rstrip("fFdD"))  # the grammar matched is a subset of Python's
+    hex_match = _HEX.fullmatch(body)
+    if hex_match is None:
+        raise ValueError(f"not a Java double: {text!r}")
     try:
-        value = int(text) if kind == "int" else float(text)
-    except ValueError:
-        what = "an integer" if kind == "int" else "a number"
-        raise ValueError(f"{key} must be {what}, got {raw!r}") from None
+        return float.fromhex(hex_match.group(1))
+    except OverflowError:  # Java rounds a huge hex float to infinity
+        return -math.inf if body[0] == "-" else math.inf
+
+
+def parse_java_boolean(text: str) -> bool:
+    """``true`` or ``false`` in any case, trimmed. Java's ``Boolean.valueOf`` reads anything but
+    "true" as false; a typo such as ``yes`` would then silently disable a setting, so it is refused."""
+    body = text.strip(_JAVA_TRIM)
+    if body.isascii() and body.lower() in ("true", "false"):
+        return body.lower() == "true"
+    raise ValueError(f"not true or false: {text!r}")
+
+
+def _parse_integer(key: str, raw: object, java_type: str) -> int:
+    """An int or long property: Java's grammar for strings, a Python int (not bool, not float) else."""
+    bits = _INT_BITS[java_type]
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    if isinstance(raw, str):
+        match = _INTEGER.fullmatch(raw.strip(_JAVA_TRIM))
+        if match is None or any(ord(c) > 0xFFFF for c in match.group(1)):
+            raise ValueError(f"{key} must be an integer, got {raw!r}")
+        try:
+            return parse_java_int(raw, bits)
+        except ValueError:  # the grammar matched: only the range is left
+            raise ValueError(
+                f"{key} must be an integer within Java's {java_type} range {low}..{high}, got {raw!r}"
+            ) from None
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise ValueError(f"{key} must be an integer, got {raw!r}")
+    if not low <= raw <= high:
+        raise ValueError(
+            f"{key} must be an integer within Java's {java_type} range {low}..{high}, got {raw!r}"
+        )
+    return raw
+
+
+def _parse(key: str, raw: object, java_type: str) -> object:
+    """One property value as its Java type parses it; the error names the Pulsar key and the value."""
+    if java_type == "String":
+        if not isinstance(raw, str):
+            raise ValueError(f"{key} must be a class name, got {raw!r}")
+        return raw.strip(_JAVA_TRIM)
+    if java_type == "boolean":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str):
+            try:
+                return parse_java_boolean(raw)
+            except ValueError:
+                pass
+        raise ValueError(f"{key} must be true or false, got {raw!r}")
+    if java_type in _INT_BITS:
+        return _parse_integer(key, raw, java_type)
+    if isinstance(raw, str):
+        try:
+            value = parse_java_double(raw)
+        except ValueError:
+            raise ValueError(f"{key} must be a number, got {raw!r}") from None
+    elif isinstance(raw, int | float) and not isinstance(raw, bool):
+        try:
+            value = float(raw)
+        except OverflowError:  # an int beyond float's range
+            value = math.inf
+    else:
+        raise ValueError(f"{key} must be a number, got {raw!r}")
     if not math.isfinite(value):
         raise ValueError(f"{key} must be finite, got {raw!r}")
     return value

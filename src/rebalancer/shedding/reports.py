@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rebalancer._json import DuplicateKeyError, loads_unique
 from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
 from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig, is_real
 from rebalancer.shedding.pulsar import LeastLongTermMessageRate
@@ -69,10 +69,17 @@ def _number(where: str, value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def _field(where: str, data: Mapping, key: str) -> object:
+    """A field Pulsar always writes: a missing one is an error, not a silent zero."""
+    if key not in data:
+        raise ValueError(f"{where}.{key} is missing")
+    return data[key]
+
+
 def _rates(where: str, data: Mapping) -> dict[str, float]:
     out = {}
     for pulsar, ours in _RATES:
-        value = _number(f"{where}.{pulsar}", data.get(pulsar, 0.0))
+        value = _number(f"{where}.{pulsar}", _field(where, data, pulsar))
         if value < 0:
             raise ValueError(f"{where}.{pulsar} must be >= 0, got {value}")
         out[ours] = value
@@ -80,25 +87,24 @@ def _rates(where: str, data: Mapping) -> dict[str, float]:
 
 
 def parse_broker(where: str, data: object) -> tuple[BrokerLoad, dict[str, float], float | None]:
-    """A LocalBrokerData as (BrokerLoad, limits, lastUpdate in s). Usage over its limit counts as 100%."""
+    """A LocalBrokerData as (BrokerLoad, limits, lastUpdate in s). Usage over its limit counts as it is,
+    as in Pulsar (a CPU used beyond its limit reads above 100%)."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where} must be a LocalBrokerData object, got {type(data).__name__}")
     usages, limits = {}, {}
     for pulsar, ours in _RESOURCES:
-        resource = data.get(pulsar, {"usage": 0.0, "limit": 0.0})
+        resource = _field(where, data, pulsar)
         if not isinstance(resource, Mapping):
             raise ValueError(f"{where}.{pulsar} must be {{'usage', 'limit'}}, got {resource!r}")
-        usage = _number(f"{where}.{pulsar}.usage", resource.get("usage", 0.0))
-        limit = _number(f"{where}.{pulsar}.limit", resource.get("limit", 0.0))
+        usage = _number(f"{where}.{pulsar}.usage", _field(f"{where}.{pulsar}", resource, "usage"))
+        limit = _number(f"{where}.{pulsar}.limit", _field(f"{where}.{pulsar}", resource, "limit"))
         if usage < 0 or limit < 0:
             raise ValueError(f"{where}.{pulsar} must have usage and limit >= 0, got {usage}, {limit}")
-        # Pulsar's ResourceUsage.percentUsage(): 0 without a limit.
+        # Pulsar's ResourceUsage.percentUsage(): 0 without a limit, and not capped at 100. (Pulsar
+        # divides in float32; this double differs from it by less than one float32 step.)
         percent = 100.0 * usage / limit if limit > 0 else 0.0
-        if percent > 100.0:
-            log.warning("%s.%s: usage %.1f%% of its limit counts as 100%%", where, pulsar, percent)
-            percent = 100.0
         usages[ours], limits[pulsar] = percent, limit
-    bundles = data.get("bundles", [])
+    bundles = _field(where, data, "bundles")
     if not isinstance(bundles, list) or not all(isinstance(b, str) for b in bundles):
         raise ValueError(f"{where}.bundles must be a list of bundle names, got {bundles!r}")
     last = data.get("lastUpdate")
@@ -112,21 +118,64 @@ def parse_bundle(where: str, data: object) -> BundleLoad:
         raise ValueError(f"{where} must be a BundleData object with shortTermData, got {data!r}")
     short = _rates(f"{where}.shortTermData", data["shortTermData"])
     long_data = data.get("longTermData")
-    long = _rates(f"{where}.longTermData", long_data) if isinstance(long_data, Mapping) else short
+    if long_data is not None and not isinstance(long_data, Mapping):
+        raise ValueError(f"{where}.longTermData must be an object of rates, got {long_data!r}")
+    long = short if long_data is None else _rates(f"{where}.longTermData", long_data)
     return BundleLoad(**short, **{f"long_term_{k}": v for k, v in long.items()})
 
 
-def load_report(path: str | Path) -> Snapshot:
-    path = Path(path)
+def _read_json(path: Path) -> object:
+    """The file's JSON; every way it can fail is a ValueError naming the file (the CLI's one line)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start})"
+        ) from None
+    try:
+        return loads_unique(text)
+    except DuplicateKeyError as err:
+        # json gives no position for the hook's error; name where the key sits by searching the text
+        where = _duplicate_where(text, err.key)
+        raise ValueError(f"{path}: {where}the key {err.key!r} appears twice") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not JSON: nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, and int() refusing a number of over 4300 digits
         raise ValueError(f"{path}: not JSON: {err}") from None
-    if not isinstance(data, Mapping) or not isinstance(data.get("brokers"), Mapping):
+
+
+def _duplicate_where(text: str, key: str) -> str:
+    """ "brokers: " when the twice-given key is a broker's name, else "" (the key itself is named)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return ""
+    if isinstance(data, Mapping) and isinstance(data.get("brokers"), Mapping) and key in data["brokers"]:
+        return "brokers: "
+    if isinstance(data, Mapping) and isinstance(data.get("bundles"), Mapping) and key in data["bundles"]:
+        return "bundles: "
+    return ""
+
+
+def load_report(path: str | Path) -> Snapshot:
+    """One snapshot file; a malformed one raises ValueError naming the file and the field."""
+    path = Path(path)
+    data = _read_json(path)
+    if not isinstance(data, Mapping) or "brokers" not in data:
         raise ValueError(f"{path}: expected an object with 'brokers' (and 'bundles'), got {str(data)[:80]!r}")
+    if not isinstance(data["brokers"], Mapping):
+        raise ValueError(
+            f'{path}: "brokers" must map broker names to LocalBrokerData, got {type(data["brokers"]).__name__}'
+        )
+    if not data["brokers"]:
+        raise ValueError(f'{path}: "brokers" is empty; a snapshot needs at least one broker')
     brokers, limits, updates = {}, {}, []
     for name, raw in data["brokers"].items():
-        brokers[name], limits[name], last = parse_broker(f"{path.name}: brokers[{name!r}]", raw)
+        brokers[name], limits[name], last = parse_broker(f"{path}: brokers[{name!r}]", raw)
         if last is not None:
             updates.append(last)
     raw_bundles = data.get("bundles", {})
@@ -134,11 +183,9 @@ def load_report(path: str | Path) -> Snapshot:
         raise ValueError(
             f"{path}: bundles must map bundle names to BundleData, got {type(raw_bundles).__name__}"
         )
-    bundles = {
-        name: parse_bundle(f"{path.name}: bundles[{name!r}]", raw) for name, raw in raw_bundles.items()
-    }
+    bundles = {name: parse_bundle(f"{path}: bundles[{name!r}]", raw) for name, raw in raw_bundles.items()}
     if "timestamp" in data:
-        timestamp = _number(f"{path.name}: timestamp", data["timestamp"]) / 1000.0
+        timestamp = _number(f"{path}: timestamp", data["timestamp"]) / 1000.0
     elif updates:
         timestamp = max(updates)
     else:
@@ -312,8 +359,15 @@ def replay(
     """
     if len(snapshots) < 2:
         raise ValueError(f"a replay needs at least 2 snapshots, got {len(snapshots)}")
-    if not math.isfinite(converge_target) or converge_target <= 0:
-        raise ValueError(f"converge_target must be a finite number > 0, got {converge_target}")
+    for i, snap in enumerate(snapshots):  # load_report checks files; these may be built by hand
+        if not isinstance(snap, Snapshot):
+            raise ValueError(f"snapshot {i} must be a Snapshot, got {type(snap).__name__}")
+        if not snap.brokers:
+            raise ValueError(
+                f"snapshot {i} (timestamp {snap.timestamp}): brokers is empty; a snapshot needs at least one broker"
+            )
+    if not is_real(converge_target) or converge_target <= 0:
+        raise ValueError(f"converge_target must be a finite number > 0, got {converge_target!r}")
     config = config or SimConfig()
     conf = combo.conf
     shedder, placer = combo.make(seed)

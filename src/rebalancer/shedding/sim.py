@@ -50,6 +50,8 @@ class BrokerSpec:
     leave_at: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"broker {self.name!r}: name must be a str, got {self.name!r}")
         for name in ("capacity", "background", "nic_bytes_per_second"):
             if not is_real(getattr(self, name)):
                 raise ValueError(
@@ -94,6 +96,8 @@ class BundleSpec:
     message_bytes: float = 2048.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"bundle {self.name!r}: name must be a str, got {self.name!r}")
         for name in ("rate", "amplitude", "message_bytes"):
             if not is_real(getattr(self, name)):
                 raise ValueError(
@@ -128,6 +132,56 @@ class Scenario:
     noise: float = 0.02  # relative per-minute noise on every bundle
     column: str = ""  # the PIP-364 table column this scenario measures
 
+    def __post_init__(self) -> None:
+        """Refuse a bad field here, naming it, rather than deep inside ``simulate`` (a NaN noise used
+        to surface as a bundle's NaN ``msg_rate_in``, a string noise as a numpy UFuncTypeError)."""
+        where = f"scenario {self.name!r}"
+        for name in ("name", "title", "column"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{where}: {name} must be a str, got {getattr(self, name)!r}")
+        # noise is the relative std of a per-minute factor 1 + noise * N(0, 1) (clipped at zero load)
+        if not is_real(self.noise) or self.noise < 0:
+            raise ValueError(f"{where}: noise must be a finite number >= 0, got {self.noise!r}")
+        if not is_real(self.converge_target) or self.converge_target <= 0:
+            raise ValueError(
+                f"{where}: converge_target must be a finite number > 0, got {self.converge_target!r}"
+            )
+        for name in ("minutes", "converge_from"):
+            if not _is_int(getattr(self, name)):
+                raise ValueError(f"{where}: {name} must be an int, got {getattr(self, name)!r}")
+        if self.minutes < 2:
+            raise ValueError(f"{where}: minutes must be >= 2, got {self.minutes}")
+        if self.converge_from < 0:
+            raise ValueError(f"{where}: converge_from must be a minute >= 0, got {self.converge_from}")
+        for name, kind in (("brokers", BrokerSpec), ("bundles", BundleSpec)):
+            items = getattr(self, name)
+            if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+                raise ValueError(f"{where}: {name} must be a sequence of {kind.__name__}, got {items!r}")
+            for i, item in enumerate(items):
+                if not isinstance(item, kind):
+                    raise ValueError(f"{where}: {name}[{i}] must be a {kind.__name__}, got {item!r}")
+            object.__setattr__(self, name, tuple(items))
+        names = [b.name for b in self.brokers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{where}: duplicate broker names")
+        bundle_names = {b.name for b in self.bundles}
+        if len(bundle_names) != len(self.bundles):
+            raise ValueError(f"{where}: duplicate bundle names")
+        if self.initial is not None:
+            if not isinstance(self.initial, Mapping):
+                raise ValueError(
+                    f"{where}: initial must map bundle names to broker names, got {self.initial!r}"
+                )
+            for bundle, broker in self.initial.items():
+                if bundle not in bundle_names:
+                    raise ValueError(f"{where}: initial placement names unknown bundle {bundle!r}")
+                if broker not in names:
+                    raise ValueError(f"{where}: initial placement names unknown broker {broker!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -141,13 +195,21 @@ class SimConfig:
     grace_period_minutes: float | None = None  # None: conf.shedding_grace_period_minutes
 
     def __post_init__(self) -> None:
+        for name in ("report_delay", "interval", "oscillation_window", "converge_cycles"):
+            if not _is_int(getattr(self, name)):  # a NaN passed every `< 1` check
+                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
         for name in ("interval", "oscillation_window", "converge_cycles"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.report_delay < 0:
             raise ValueError(f"report_delay must be >= 0, got {self.report_delay}")
-        if self.over_unload_margin < 0:
-            raise ValueError(f"over_unload_margin must be >= 0, got {self.over_unload_margin}")
+        if not is_real(self.over_unload_margin) or self.over_unload_margin < 0:
+            raise ValueError(
+                f"over_unload_margin must be a finite number >= 0, got {self.over_unload_margin!r}"
+            )
+        grace = self.grace_period_minutes
+        if grace is not None and (not is_real(grace) or grace < 0):
+            raise ValueError(f"grace_period_minutes must be None or a finite number >= 0, got {grace!r}")
 
 
 @dataclass(frozen=True)
@@ -158,6 +220,12 @@ class Combination:
     make: Callable[[int], tuple[LoadSheddingStrategy, PlacementStrategy]]
     conf: ShedderConfig = field(default_factory=ShedderConfig)
     ours: bool = False
+
+    def __post_init__(self) -> None:
+        if not callable(self.make):
+            raise ValueError(f"combination {self.name!r}: make must be callable, got {self.make!r}")
+        if not isinstance(self.conf, ShedderConfig):
+            raise ValueError(f"combination {self.name!r}: conf must be a ShedderConfig, got {self.conf!r}")
 
 
 def _pair(shedder: type, placement: type) -> Callable[[int], tuple[LoadSheddingStrategy, PlacementStrategy]]:
@@ -450,24 +518,10 @@ class Simulator:
     def __init__(
         self, scenario: Scenario, combo: Combination, seed: int = 0, config: SimConfig | None = None
     ) -> None:
-        names = [b.name for b in scenario.brokers]
-        if len(set(names)) != len(names):
-            raise ValueError(f"scenario {scenario.name!r}: duplicate broker names")
-        bundle_names = [b.name for b in scenario.bundles]
-        if len(set(bundle_names)) != len(bundle_names):
-            raise ValueError(f"scenario {scenario.name!r}: duplicate bundle names")
-        if scenario.minutes < 2:
-            raise ValueError(f"scenario {scenario.name!r}: minutes must be >= 2, got {scenario.minutes}")
-        if scenario.initial is not None:
-            for bundle, broker in scenario.initial.items():
-                if bundle not in bundle_names:
-                    raise ValueError(
-                        f"scenario {scenario.name!r}: initial placement names unknown bundle {bundle!r}"
-                    )
-                if broker not in names:
-                    raise ValueError(
-                        f"scenario {scenario.name!r}: initial placement names unknown broker {broker!r}"
-                    )
+        if not isinstance(scenario, Scenario):  # its fields were checked when it was built
+            raise ValueError(f"scenario must be a Scenario, got {scenario!r}")
+        if not isinstance(combo, Combination):
+            raise ValueError(f"combo must be a Combination, got {combo!r}")
         self.scenario = scenario
         self.combo = combo
         self.seed = seed

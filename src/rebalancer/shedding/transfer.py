@@ -1,9 +1,21 @@
-"""Port of the extensible load manager's TransferShedder (PIP-192), with its placement fallback.
+"""Port of the extensible load manager's TransferShedder (PIP-192, apache/pulsar 4.2.4), with its
+placement fallback.
 
-Each broker's ``weightedMaxEMA`` and ``msgThroughputEMA`` are advanced once per call, i.e. once per
-load report, as the brokers do when they publish. As upstream, a recently unloaded bundle is never
-picked, neither to unload nor to swap in, and neither is a bundle without throughput. Pulsar only adds swapped-in traffic to
-``trafficMarkedToGain`` in debug mode; that quirk is kept behind ``debug_mode_enabled``.
+Checked against Pulsar's own class by the conformance harness (conformance/pulsar). What the brokers
+do on their side is reproduced too, because the shedder's decisions depend on it:
+
+* each broker's ``BrokerLoadData`` keeps ``weightedMaxEMA`` (heap memory included, with its weight)
+  and ``msgThroughputEMA``, advanced once per call, i.e. once per load report;
+* each broker publishes its top bundles as ``TopKBundles`` computes them: bundles without throughput
+  left out, ranked by ``NamespaceBundleStats.compareTo`` (inbound throughput to 100 kB/s, then
+  outbound, then msg rate to 100 msg/s) with a partial quicksort, and listed *smallest first*, so the
+  shedder offers the smaller of a broker's top bundles first;
+* the unload scheduler remembers the source broker of every unload for the cool-down.
+
+As upstream, a recently unloaded bundle is never unloaded again, but may be swapped in from the min
+broker, and the arithmetic is Java's (a division by zero gives infinity or NaN, not an error). Pulsar
+only adds swapped-in traffic to ``trafficMarkedToGain`` in debug mode; that quirk is kept behind
+``debug_mode_enabled``.
 """
 
 from __future__ import annotations
@@ -11,7 +23,92 @@ from __future__ import annotations
 import math
 
 from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
-from rebalancer.shedding.model import ClusterLoad, ShedderConfig
+from rebalancer.shedding.javaorder import concurrent_hash_map_order
+from rebalancer.shedding.model import BundleLoad, ClusterLoad, ShedderConfig
+
+_THROUGHPUT_RESOLUTION = 1e5  # NamespaceBundleStats compares throughputs to 100 kB/s
+_RATE_RESOLUTION = 100.0  # ... and message rates to 100 msg/s
+
+
+def jdiv(a: float, b: float) -> float:
+    """Java's double division: x/0 is an infinity and 0/0 is NaN."""
+    if b != 0:
+        return a / b
+    if a == 0 or math.isnan(a):
+        return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _jsqrt(x: float) -> float:
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def _jmax(a: float, b: float) -> float:
+    """``Math.max``: NaN wins."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
+def java_round(x: float) -> int:
+    """``Math.round(double)``: the nearest long, halves up, NaN to 0."""
+    if math.isnan(x):
+        return 0
+    if x >= 2.0**63:
+        return 2**63 - 1
+    if x <= -(2.0**63):
+        return -(2**63)
+    floor = math.floor(x)
+    return floor + 1 if x - floor >= 0.5 else floor
+
+
+def _rank(load: BundleLoad) -> tuple[int, int, int]:
+    """What ``NamespaceBundleStats.compareTo`` compares (topics, connections and cache are 0 here)."""
+    return (
+        java_round(load.msg_throughput_in / _THROUGHPUT_RESOLUTION),
+        java_round(load.msg_throughput_out / _THROUGHPUT_RESOLUTION),
+        java_round((load.msg_rate_in + load.msg_rate_out) / _RATE_RESOLUTION),
+    )
+
+
+def _cmp(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
+    return (a > b) - (a < b)
+
+
+def top_bundles(stats: list[tuple[str, BundleLoad]], k: int) -> list[str]:
+    """``TopKBundles.update``: the ``k`` largest bundles with throughput, smallest of them first.
+
+    ``stats`` is the broker's bundle stats in the order its map iterates. The partial quicksort and the
+    stable sort of its front are Pulsar's, so equals come out in Pulsar's order.
+    """
+    arr = [(name, _rank(load)) for name, load in stats if load.msg_throughput_in + load.msg_throughput_out != 0]
+    if not arr:
+        return []
+    k = min(k, len(arr))
+    start, end, target = 0, len(arr) - 1, k - 1
+    while start < end:
+        lo, hi, mid = start, end, start
+        pivot = arr[hi][1]
+        while mid <= hi:
+            cmp = _cmp(pivot, arr[mid][1])
+            if cmp < 0:
+                arr[lo], arr[mid] = arr[mid], arr[lo]
+                lo += 1
+                mid += 1
+            elif cmp > 0:
+                arr[mid], arr[hi] = arr[hi], arr[mid]
+                hi -= 1
+            else:
+                mid += 1
+        if lo <= target < mid:
+            end = lo
+            break
+        if target < lo:
+            end = lo - 1
+        else:
+            start = mid
+    if end < 0:
+        raise ValueError("max_number_of_bundles_in_bundle_load_report must be >= 1")
+    arr[:end] = sorted(arr[:end], key=lambda item: tuple(-v for v in item[1]))
+    return [arr[i][0] for i in range(k - 1, -1, -1)]
 
 
 class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
@@ -52,28 +149,34 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
         )
 
     def _top_bundles(self, cluster: ClusterLoad, broker: str, conf: ShedderConfig) -> list[tuple[str, float]]:
-        items = [(name, load.msg_throughput) for name, load in cluster.bundles_with_data(broker)]
-        items.sort(key=lambda item: -item[1])
-        return items[: conf.max_number_of_bundles_in_bundle_load_report]
+        """The broker's published top bundles, in Pulsar's order, with their throughput."""
+        data = cluster.bundles
+        reported = concurrent_hash_map_order(b for b in cluster.brokers[broker].bundles if b in data)
+        names = top_bundles([(b, data[b]) for b in reported], conf.max_number_of_bundles_in_bundle_load_report)
+        return [(name, data[name].msg_throughput) for name in names]
 
     def find_bundles_for_unloading(self, cluster: ClusterLoad, conf: ShedderConfig) -> dict[str, list[str]]:
         selected: dict[str, list[str]] = {}
         self._update_emas(cluster, conf)
         now = cluster.timestamp
-        for broker in list(self.recently_unloaded_brokers):
-            if broker not in cluster.brokers:
+        store = concurrent_hash_map_order(cluster.brokers)  # the load data store's order
+        for broker in store:
+            if broker not in self.recently_unloaded_brokers:
                 continue
             if now - self.recently_unloaded_brokers[broker] < conf.shedding_delay_in_seconds:
                 return selected  # CoolDown: brokers have not recomputed their load since the last unload
             del self.recently_unloaded_brokers[broker]
         if not cluster.brokers:
             return selected
-        loads = [self.weighted_max_ema[b] for b in cluster.brokers]
-        total = len(loads)
-        avg = sum(loads) / total
-        sq_sum = sum(v * v for v in loads)
-        std = math.sqrt(max(0.0, sq_sum / total - avg * avg))
-        by_load = sorted(cluster.brokers, key=self.weighted_max_ema.__getitem__)
+        total = len(store)
+        load_sum = sq_sum = 0.0
+        for broker in store:
+            load = self.weighted_max_ema[broker]
+            load_sum += load
+            sq_sum += load * load
+        avg = load_sum / total
+        std = _jsqrt(sq_sum / total - avg * avg)
+        by_load = sorted(store, key=self.weighted_max_ema.__getitem__)
         max_index, min_index, shed_brokers = len(by_load) - 1, 0, 0
         target_std = conf.broker_load_target_std
 
@@ -90,7 +193,7 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
 
         recent = cluster.recently_unloaded
         transfer = conf.transfer_enabled
-        touched: set[str] = set()
+        sources: set[str] = set()
         while shed_brokers < conf.max_number_of_broker_shedding_per_cycle and min_index < max_index:
             if not (
                 std > target_std
@@ -104,7 +207,7 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
             offload = (max_load - min_load) / 2
             max_tp = cluster.brokers[max_broker].msg_throughput
             min_tp = cluster.brokers[min_broker].msg_throughput
-            offload_tp = max_tp * offload / max_load if max_load > 0 else 0.0
+            offload_tp = jdiv(max_tp * offload, max_load)
             top = self._top_bundles(cluster, max_broker, conf)
             if len(top) <= 1:
                 continue
@@ -123,8 +226,8 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
                         max_new = max_tp - marked + gained - bundle_tp
                         min_new = min_tp + marked - gained + bundle_tp
                         for other, other_tp in min_top:
-                            if other in recent or other_tp == 0:
-                                continue  # not transferable, or nothing to gain from it
+                            if other_tp == 0:
+                                continue  # nothing to gain from it
                             if max_new + other_tp < max_tp and min_new - other_tp < max_tp:
                                 swaps.append(other)
                                 max_new += other_tp
@@ -139,18 +242,19 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
                     for other in swaps:
                         selected.setdefault(min_broker, []).append(other)
                         self.bundle_broker_plan[other] = max_broker
+                    sources.add(min_broker)
                     if conf.debug_mode_enabled:
                         gained += swap_tp
                 selected.setdefault(max_broker, []).append(bundle)
                 if transfer:
                     self.bundle_broker_plan[bundle] = min_broker
-                touched.update((max_broker, min_broker))
+                sources.add(max_broker)
                 marked += bundle_tp
                 remaining -= 1
             if marked > 0:
-                adjusted = (marked - gained) * max_load / max_tp if max_tp > 0 else 0.0
+                adjusted = jdiv((marked - gained) * max_load, max_tp)
                 sq_sum -= max_load * max_load + min_load * min_load
-                max_after = max(0.0, max_load - adjusted)
+                max_after = _jmax(0.0, max_load - adjusted)
                 min_after = min_load + adjusted
                 sq_sum += max_after * max_after + min_after * min_after
                 std = math.sqrt(abs(sq_sum / total - avg * avg))
@@ -158,7 +262,8 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
                 min_index += 1
         if selected:
             self.unload_condition_hit_count = 0
-            for broker in touched:
+            # The unload scheduler's record: every source broker, at the time of its unload.
+            for broker in sources:
                 self.recently_unloaded_brokers[broker] = now
         return selected
 
@@ -166,17 +271,23 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
         self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
     ) -> str:
         """The transfer destination; otherwise the extensible manager's LeastResourceUsageWithWeight."""
+        best = self.unplanned_choices(ordered, bundle, cluster, conf)
+        return best[self._rng.randrange(len(best))]
+
+    def unplanned_choices(
+        self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
+    ) -> list[str]:
         known = [b for b in ordered if b in self.weighted_max_ema]
         best: list[str] = []
         if known:
             avg = sum(self.weighted_max_ema[b] for b in known) / len(known)
             diff = conf.average_resource_usage_difference_threshold_percentage / 100.0
             best = [b for b in known if self.weighted_max_ema[b] + diff <= avg]
-        if not best:
-            best = ordered
-        return best[self._rng.randrange(len(best))]
+        return best or list(ordered)
 
     def on_active_brokers_change(self, active_brokers: set[str]) -> None:
-        for table in (self.weighted_max_ema, self.msg_throughput_ema, self.recently_unloaded_brokers):
+        # A broker that leaves publishes a fresh report when it returns; the unload scheduler's record
+        # of recently unloaded brokers outlives it, as in Pulsar.
+        for table in (self.weighted_max_ema, self.msg_throughput_ema):
             for broker in [b for b in table if b not in active_brokers]:
                 del table[broker]

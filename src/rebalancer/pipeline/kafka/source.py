@@ -1,7 +1,8 @@
 """Kafka in: a PySpark Python data source, `rebalancer-kafka`, that reads a topic with confluent-kafka.
 
 Spark's own Kafka connector is a Maven jar; this source needs only the wheels. The reader owns the
-offsets, as Spark's Kafka source does: no consumer group, each executor task `assign()`s its offset
+offsets, as Spark's Kafka source does: no consumer group (option `group` only picks a batch read's
+start from a group's committed offsets; the caller commits), each executor task `assign()`s its offset
 ranges, reads exactly `[start, end)` with `isolation.level=read_committed` (so aborted records and
 transaction markers never show, and offsets need not be consecutive) and closes its consumer.
 
@@ -14,7 +15,6 @@ the query's checkpoint.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,6 +30,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from rebalancer._json import DuplicateKeyError, loads_unique
+from rebalancer._numbers import parse_int
 from rebalancer.balance import plan_rebalance
 
 if TYPE_CHECKING:
@@ -56,6 +58,16 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("rebalancer.kafka.librdkafka")
+
+
+class LibrdkafkaLog:
+    """confluent-kafka's `logger`: librdkafka's lines at INFO (its errors) or DEBUG (the rest) on the
+    `rebalancer.kafka.librdkafka` logger, so they show with -v only; in the Python workers, where
+    nothing configures logging, logging's last-resort handler passes warnings and above only."""
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        librdkafka_log.log(logging.INFO if level >= logging.ERROR else logging.DEBUG, fmt, *args)
 
 SOURCE_NAME = "rebalancer-kafka"
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
@@ -74,7 +86,10 @@ OPTIONS = (
     "maxOffsetsPerTrigger",
     "failOnDataLoss",
     "pollTimeoutMs",
+    "metadataTimeoutMs",
+    "group",
 )
+DEFAULT_METADATA_TIMEOUT_MS = 10_000
 KAFKA_PREFIX = "kafka."  # kafka.<librdkafka property> is passed to the consumers (security settings...)
 # Set by the reader itself; a user value would break exactly-once reads.
 _RESERVED = ("group.id", "enable.auto.commit", "isolation.level", "auto.offset.reset", "enable.partition.eof")
@@ -95,11 +110,16 @@ class KafkaOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
+    metadata_timeout_ms: int = DEFAULT_METADATA_TIMEOUT_MS
+    # a consumer group whose committed offsets a batch read starts from (and the run commits to)
+    group: str | None = None
     consumer_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     # which options the user gave (so batch/stream-only ones can be refused where they mean nothing)
     given: frozenset[str] = field(default_factory=frozenset, repr=False)
 
     def consumer_conf(self, client: str) -> dict[str, Any]:
+        """The client's configuration; librdkafka's log lines go to the `rebalancer` logger, at INFO
+        (shown with -v), never straight to stderr: a refused connection is logged every backoff."""
         conf: dict[str, Any] = dict(self.consumer_config)
         conf.update(
             {
@@ -113,12 +133,14 @@ class KafkaOptions:
             }
         )
         conf.setdefault("log_level", 3)
+        conf["logger"] = LibrdkafkaLog()
         return conf
 
 
 def _positive_int(name: str, text: str) -> int:
+    """ASCII digits only: `int()` would also take `1_0` and `٣` (see rebalancer._numbers)."""
     try:
-        value = int(str(text).strip())
+        value = parse_int(str(text), field=name)
     except ValueError:
         raise ValueError(f"{name} must be a positive integer, got {text!r}") from None
     if value < 1:
@@ -143,7 +165,9 @@ def _offsets(name: str, text: str, topic: str, allowed: tuple[str, ...]) -> str 
             f"{name} cannot be {stripped.lower()} here (allowed: {', '.join(allowed)} or JSON), got {text!r}"
         )
     try:
-        parsed = json.loads(stripped)
+        parsed = loads_unique(stripped)
+    except DuplicateKeyError as exc:  # json.loads would keep the last of the two values without a word
+        raise ValueError(f"{name}: the key {exc.key!r} is given twice, in {text!r}") from None
     except ValueError:
         raise ValueError(
             f'{name} must be {" or ".join(allowed)} or JSON like {{"{topic}": {{"0": 42}}}}, got {text!r}'
@@ -153,13 +177,19 @@ def _offsets(name: str, text: str, topic: str, allowed: tuple[str, ...]) -> str 
             f"{name} JSON must be an object with the one key {topic!r} holding partition offsets, got {text!r}"
         )
     offsets: dict[int, int] = {}
+    keys: dict[int, str] = {}
     for partition, offset in parsed[topic].items():
         try:
-            number = int(partition)
+            number = parse_int(partition, field=f"{name}: partition")
         except ValueError:
             raise ValueError(f"{name}: partition {partition!r} is not a number, in {text!r}") from None
         if number < 0 or isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
             raise ValueError(f"{name}: offset of partition {partition} must be an int >= -2, got {offset!r}")
+        if number in keys:  # "0" and "00": one offset would silently replace the other
+            raise ValueError(
+                f"{name}: partition {number} is given twice ({keys[number]!r} and {partition!r}), in {text!r}"
+            )
+        keys[number] = partition
         offsets[number] = offset
     return offsets
 
@@ -202,6 +232,14 @@ def parse_options(options: Mapping[str, str], streaming: bool | None = False) ->
         raise ValueError("option endingOffsets is for batch reads; a stream reads on as data arrives")
     if streaming is False and "maxOffsetsPerTrigger" in given:
         raise ValueError("option maxOffsetsPerTrigger is for streaming reads")
+    group = get("group")
+    if group is not None and not group.strip():
+        raise ValueError("option group must name a consumer group, got an empty string")
+    if streaming is True and group is not None:
+        raise ValueError("option group is for batch reads; a stream keeps its offsets in its checkpoint")
+    if group is not None and ("startingOffsets" in given or "endingOffsets" in given):
+        raise ValueError("option group reads from the group's committed offsets to the latest: "
+                         "it takes no startingOffsets or endingOffsets")
     starting_allowed = ("earliest",) if streaming is False else ("earliest", "latest")
     starting = _offsets("startingOffsets", get("startingOffsets") or "earliest", topic, starting_allowed)
     ending = _offsets("endingOffsets", get("endingOffsets") or "latest", topic, ("latest",))
@@ -230,6 +268,10 @@ def parse_options(options: Mapping[str, str], streaming: bool | None = False) ->
         else _positive_int("maxOffsetsPerTrigger", max_per_trigger),
         fail_on_data_loss=_bool("failOnDataLoss", get("failOnDataLoss") or "true"),
         poll_timeout_ms=_positive_int("pollTimeoutMs", get("pollTimeoutMs") or "120000"),
+        metadata_timeout_ms=_positive_int(
+            "metadataTimeoutMs", get("metadataTimeoutMs") or str(DEFAULT_METADATA_TIMEOUT_MS)
+        ),
+        group=None if group is None else group.strip(),
         consumer_config=consumer_config,
         given=frozenset(given),
     )
@@ -366,31 +408,55 @@ def _data_loss(topic: str, partition: int, start: int, available: int) -> str:
 
 
 class TopicView:
-    """Partition count and watermarks, through one metadata consumer kept by the planning side."""
+    """Partition count and watermarks, through one metadata consumer kept by the planning side.
+
+    Each call waits at most metadataTimeoutMs, so a run against brokers it cannot reach fails at
+    planning, before any task, naming the servers and librdkafka's own reason (its error callback:
+    "Connection refused", a failed SASL handshake), which the call's own error ("Local: Broker
+    transport failure") leaves out."""
 
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
         self._consumer: Consumer | None = None
+        self._errors: list[Any] = []
 
     def _client(self) -> Consumer:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            self._consumer = Consumer(self.options.consumer_conf("planner"))
+            conf = self.options.consumer_conf("planner")
+            conf["error_cb"] = self._errors.append
+            self._consumer = Consumer(conf)
         return self._consumer
+
+    @property
+    def timeout_s(self) -> float:
+        return self.options.metadata_timeout_ms / 1000
+
+    def unreachable(self, error: Any) -> str:
+        """One line: the servers, the wait, and the most telling error librdkafka reported."""
+        from confluent_kafka import KafkaError
+
+        if self._consumer is not None:
+            self._consumer.poll(0)  # serves the error callbacks queued while the call waited
+        reasons = [e for e in self._errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or self._errors
+        reason = reasons[-1].str() if reasons else error.str()
+        return (
+            f"cannot reach Kafka at {self.options.bootstrap_servers} within "
+            f"{self.timeout_s:g} s (metadataTimeoutMs, --kafka-timeout): {reason}"
+        )
 
     def partitions(self) -> list[int]:
         from confluent_kafka import KafkaException
 
         topic = self.options.topic
-        timeout = self.options.poll_timeout_ms / 1000
         try:
-            metadata = self._client().list_topics(topic, timeout=timeout)
+            metadata = self._client().list_topics(topic, timeout=self.timeout_s)
         except KafkaException as exc:
-            raise RuntimeError(f"cannot read the metadata of topic {topic!r}: {exc.args[0]}") from None
+            raise RuntimeError(self.unreachable(exc.args[0])) from None
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
-            why = f": {found.error}" if found is not None and found.error is not None else ""
+            why = f" ({found.error.str()})" if found is not None and found.error is not None else ""
             raise ValueError(f"topic {topic!r} does not exist on {self.options.bootstrap_servers}{why}")
         return sorted(found.partitions)
 
@@ -399,16 +465,15 @@ class TopicView:
         from confluent_kafka import KafkaException, TopicPartition
 
         topic = self.options.topic
-        timeout = self.options.poll_timeout_ms / 1000
         result = {}
         for partition in self.partitions() if partitions is None else partitions:
             try:
                 low, high = self._client().get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout, cached=False
+                    TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
                 )
             except KafkaException as exc:
                 raise RuntimeError(
-                    f"topic {topic!r} partition {partition}: cannot read offsets: {exc.args[0]}"
+                    f"topic {topic!r} partition {partition}: cannot read offsets: {self.unreachable(exc.args[0])}"
                 ) from None
             result[partition] = (int(low), int(high))
         return result
@@ -417,6 +482,102 @@ class TopicView:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+# -- a consumer group's offsets (batch runs that resume) -------------------------------------------
+def _group_client(options: KafkaOptions) -> Consumer:
+    """A consumer that names the group but never joins it: committed() and commit() need no membership."""
+    from confluent_kafka import Consumer
+
+    assert options.group is not None
+    conf = options.consumer_conf("group")
+    conf["group.id"] = options.group
+    return Consumer(conf)
+
+
+def _retrying(options: KafkaOptions, call: Any) -> Any:
+    """`call()`, again while it fails with a retriable error (NOT_COORDINATOR, a coordinator still
+    loading: a group's first use on a fresh cluster) until metadataTimeoutMs has passed."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    coordinator = (
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    )
+    deadline = time.monotonic() + options.metadata_timeout_ms / 1000
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in coordinator) or time.monotonic() >= deadline:
+                raise
+            log.debug("group %r: %s; retrying", options.group, error.str())
+            time.sleep(0.2)
+
+
+def group_offsets(options: KafkaOptions, marks: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """The next offset to read of each partition: the group's committed one, or the earliest where the
+    group has none (a new group, a new partition)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    consumer = _group_client(options)
+    try:
+        found = _retrying(
+            options,
+            partial(
+                consumer.committed,
+                [TopicPartition(options.topic, p) for p in sorted(marks)],
+                timeout=options.metadata_timeout_ms / 1000,
+            ),
+        )
+    except KafkaException as exc:
+        raise RuntimeError(
+            f"group {options.group!r}: cannot read its committed offsets of topic {options.topic!r} on "
+            f"{options.bootstrap_servers}: {exc.args[0].str()}"
+        ) from None
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset if tp.offset >= 0 else marks[tp.partition][0] for tp in found}
+
+
+def commit_group_offsets(options: KafkaOptions, end: Mapping[int, int]) -> None:
+    """Commit `end` (the next offset to read, per partition) for the group, synchronously: the caller
+    does it once its outputs are committed, so a run that fails before reads the same records again."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    if not end:
+        return
+    consumer = _group_client(options)
+    try:
+        _retrying(
+            options,
+            partial(
+                consumer.commit,
+                offsets=[TopicPartition(options.topic, p, o) for p, o in sorted(end.items())],
+                asynchronous=False,
+            ),
+        )
+    except KafkaException as exc:
+        raise RuntimeError(
+            f"group {options.group!r}: cannot commit offsets of topic {options.topic!r} on "
+            f"{options.bootstrap_servers}: {exc.args[0].str()}"
+        ) from None
+    finally:
+        consumer.close()
+    log.info("group %r: committed offsets %s of topic %r", options.group, dict(sorted(end.items())), options.topic)
+
+
+def plan_group_read(options: KafkaOptions) -> tuple[dict[int, int], dict[int, int]]:
+    """(start, end) of a batch read for `options.group`: its committed offsets to the latest."""
+    view = TopicView(options)
+    try:
+        marks = view.watermarks()
+    finally:
+        view.close()
+    start = group_offsets(options, marks)
+    return start, {p: high for p, (_low, high) in marks.items()}
 
 
 def _resolve(
@@ -442,13 +603,46 @@ def _check_listed(name: str, spec: str | dict[int, int], topic: str, partitions:
             )
 
 
+def _check_readable(options: KafkaOptions, marks: Mapping[int, tuple[int, int]], batch: bool = True) -> None:
+    """Refuse given offsets the driver already knows cannot be read, at planning, whatever
+    failOnDataLoss says: they are the user's mistake, not data lost. A task would otherwise wait
+    pollTimeoutMs for records that never come (an end past the high watermark), or the range would
+    be reported as data loss, or skipped. Spark's own Kafka source refuses a start after the end too.
+
+    Streaming checks startingOffsets only: its ends come from the watermarks.
+    """
+    topic = options.topic
+    given = {"startingOffsets": options.starting}
+    if batch:
+        given = {"endingOffsets": options.ending, **given}
+    for name, spec in given.items():
+        if not isinstance(spec, dict):
+            continue
+        for partition, offset in sorted(spec.items()):
+            high = marks[partition][1]
+            if offset > high:
+                raise ValueError(
+                    f"{name}: topic {topic!r} partition {partition}: offset {offset} is past the end of the "
+                    f"partition (high watermark {high})"
+                )
+    if batch and isinstance(options.starting, dict) and isinstance(options.ending, dict):
+        for partition, begin in sorted(options.starting.items()):
+            stop = options.ending.get(partition, LATEST)
+            if begin >= 0 and stop >= 0 and begin > stop:
+                raise ValueError(
+                    f"startingOffsets: topic {topic!r} partition {partition}: offset {begin} is after its "
+                    f"endingOffsets offset {stop}"
+                )
+
+
 def _ranges(
     options: KafkaOptions,
     start: Mapping[int, int],
     end: Mapping[int, int],
     marks: Mapping[int, tuple[int, int]],
 ) -> list[OffsetRange]:
-    """[start, end) per partition, with deleted offsets failing the read (or skipped and counted)."""
+    """[start, end) per partition, with deleted offsets, or offsets past the end of the log, failing the
+    read (or skipped and counted)."""
     ranges = []
     lost = 0
     for partition, stop in sorted(end.items()):
@@ -468,6 +662,20 @@ def _ranges(
                 )
             log.warning("%s; skipped", message)
             continue
+        high = marks[partition][1] if partition in marks else stop
+        if stop > high:
+            # A stream replaying a batch planned before the log was cut (recreated topic, unclean
+            # leader election): those offsets will never come, so a task would wait pollTimeoutMs.
+            gone = max(begin, high)
+            message = (
+                f"topic {options.topic!r} partition {partition}: offsets {gone}..{stop - 1} are past the end "
+                f"of the partition (high watermark {high}; was the topic recreated?)"
+            )
+            if options.fail_on_data_loss:
+                raise DataLossError(message + "; set failOnDataLoss=false to skip them")
+            lost += stop - gone
+            log.warning("skipping offsets that are gone: %s", message)
+            stop = gone
         ranges.append(OffsetRange(partition, begin, stop))
     if lost:
         log.warning("topic %r: %d deleted offset(s) skipped (failOnDataLoss=false)", options.topic, lost)
@@ -689,7 +897,11 @@ class KafkaBatchReader(DataSourceReader):
             view.close()
         _check_listed("startingOffsets", self.options.starting, self.options.topic, list(marks))
         _check_listed("endingOffsets", self.options.ending, self.options.topic, list(marks))
-        start = _resolve(self.options.starting, marks, EARLIEST)
+        _check_readable(self.options, marks)
+        if self.options.group is not None:  # the group's committed offsets; the caller commits
+            start = group_offsets(self.options, marks)
+        else:
+            start = _resolve(self.options.starting, marks, EARLIEST)
         end = _resolve(self.options.ending, marks, LATEST)
         tasks = _tasks(self.options, _ranges(self.options, start, end, marks))
         log.info(
@@ -726,6 +938,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         marks = self.view().watermarks()
         _check_listed("startingOffsets", self.options.starting, self.options.topic, list(marks))
+        _check_readable(self.options, marks, batch=False)
         return _offset_json(self.options.topic, _resolve(self.options.starting, marks, EARLIEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -18,12 +18,15 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from rebalancer._args import finite_float, integer
+from rebalancer._numbers import parse_int
+from rebalancer._secrets import MASK, is_secret_key, masked_url
 from rebalancer.pipeline.ingest import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
-from rebalancer.pipeline.kafka.source import SOURCE_NAME, parse_options, register_kafka_source
+from rebalancer.pipeline.kafka.source import KAFKA_PREFIX, SOURCE_NAME, parse_options, register_kafka_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,11 +37,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMBEDDED",
+    "DeliveryError",
+    "GroupRead",
     "KafkaInput",
     "add_produce_parser",
+    "check_kafka_input",
     "embedded_input",
     "encode_events",
+    "masked_options",
     "parse_kafka_url",
+    "plan_group_run",
     "produce_events",
     "read_kafka_raw",
     "read_kafka_stream",
@@ -53,26 +61,51 @@ EMBEDDED_PARTITIONS = 8
 EMBEDDED_KEYS = ("events", "partitions")
 # zstd keeps a hot partition inside the mock's 5 MiB per-partition log (librdkafka's mock drops
 # the oldest record batches beyond it); JSON telemetry compresses to about 20 bytes an event.
+DEFAULT_KAFKA_TIMEOUT_S = 10.0  # --kafka-timeout; the reader's metadataTimeoutMs default too
 PRODUCER_DEFAULTS: dict[str, object] = {"broker.linger.ms": 50, "compression.type": "zstd"}
+
+
+def is_secret_option(key: str) -> bool:
+    """A reader option whose value is never shown: `kafka.<secret librdkafka key>`, by its name."""
+    lowered = str(key).lower()
+    return is_secret_key(lowered.removeprefix(KAFKA_PREFIX))
+
+
+def masked_options(options: Mapping[str, str]) -> dict[str, str]:
+    """`options` as errors and reprs show them: each secret option's value as ***."""
+    return {key: MASK if is_secret_option(key) else value for key, value in options.items()}
+
+
+def shown_url(text: str) -> str:
+    """A `kafka://` URL as an error quotes it: secret options' values and any password as ***."""
+    return masked_url(text, is_secret_option)
 
 
 @dataclass(frozen=True)
 class KafkaInput:
-    """A topic as the pipeline's input. `files` is empty: nothing on disk can overlap the output."""
+    """A topic as the pipeline's input. `files` is empty: nothing on disk can overlap the output.
+
+    `options` may hold secrets (`kafka.sasl.password`): repr shows them as ***.
+    """
 
     url: str
     bootstrap_servers: str
     topic: str
-    options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict, repr=False)
     columns: Mapping[str, str] = field(default_factory=column_mapping)
     embedded_events: int | None = None
     embedded_partitions: int = EMBEDDED_PARTITIONS
     format: str = "kafka"
     files: tuple[()] = ()
 
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        shown["options"] = masked_options(self.options)
+        return f"{type(self).__name__}({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
     @property
     def path(self) -> str:
-        """What the summaries print as the input."""
+        """What the summaries print as the input (no query: options never reach a summary)."""
         return self.url
 
     @property
@@ -84,6 +117,77 @@ class KafkaInput:
         parse_options(options, streaming=streaming)
         return options
 
+    def with_timeout(self, seconds: float | None) -> KafkaInput:
+        """`--kafka-timeout`: the reader's metadataTimeoutMs (the flag wins over the URL's option)."""
+        if seconds is None:
+            return self
+        kept = {k: v for k, v in self.options.items() if k.lower() != "metadatatimeoutms"}
+        return replace(self, options={**kept, "metadataTimeoutMs": str(max(1, round(seconds * 1000)))})
+
+
+@dataclass(frozen=True)
+class GroupRead:
+    """A batch run of a `?group=NAME` input: the exact offsets it reads, and the commit that ends it.
+
+    `batch_id` is the run's start position, the sum of its start offsets: a rerun from the same
+    offsets (a run that failed before its offset commit) gets the same id and rewrites that batch's
+    outputs with a superset of the records, and a run that starts later never collides with it."""
+
+    spec: KafkaInput
+    group: str
+    start: Mapping[int, int]
+    end: Mapping[int, int]
+
+    @property
+    def batch_id(self) -> int:
+        return sum(self.start.values())
+
+    @property
+    def records(self) -> int:
+        """Offsets in the range (an upper bound of the records: transaction markers take offsets)."""
+        return sum(max(0, self.end[p] - self.start.get(p, self.end[p])) for p in self.end)
+
+    def commit(self) -> None:
+        """The group moves to the end of this run's range; call once the outputs are committed."""
+        from rebalancer.pipeline.kafka.source import commit_group_offsets
+
+        options = {"bootstrap.servers": self.spec.bootstrap_servers, "topic": self.spec.topic, "group": self.group}
+        kept = {k: v for k, v in self.spec.options.items() if k.lower().startswith(KAFKA_PREFIX) or k == "metadataTimeoutMs"}
+        commit_group_offsets(parse_options({**options, **kept}), self.end)
+
+
+def plan_group_run(spec: KafkaInput) -> GroupRead | None:
+    """For an input with `group`: its committed offsets to the latest, as explicit reader offsets
+    (so the read is exactly the range the run commits afterwards); None without `group`."""
+    import json
+
+    from rebalancer.pipeline.kafka.source import plan_group_read
+
+    options = parse_options(spec.reader_options(streaming=False), streaming=False)
+    if options.group is None:
+        return None
+    start, end = plan_group_read(options)
+    explicit = {k: v for k, v in spec.options.items() if k.lower() != "group"}
+    explicit["startingOffsets"] = json.dumps({spec.topic: {str(p): o for p, o in sorted(start.items())}})
+    explicit["endingOffsets"] = json.dumps({spec.topic: {str(p): o for p, o in sorted(end.items())}})
+    log.info("group %r: reading topic %r from %s to %s", options.group, spec.topic, start, end)
+    return GroupRead(replace(spec, options=explicit), options.group, start, end)
+
+
+def check_kafka_input(spec: KafkaInput, streaming: bool) -> None:
+    """Ask the brokers for the topic before Spark starts: an unreachable server, a missing topic or a
+    refused login fails in one line within metadataTimeoutMs (`--kafka-timeout`), not after Spark's
+    and a Python worker's start-up. Planning asks again, as a library caller's read does."""
+    from rebalancer.pipeline.kafka.source import TopicView
+
+    view = TopicView(parse_options(spec.reader_options(streaming), streaming=streaming))
+    try:
+        view.partitions()
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"cannot read input {spec.url}: {exc}") from None
+    finally:
+        view.close()
+
 
 def is_kafka_url(text: object) -> bool:
     return isinstance(text, str) and text.lower().startswith(SCHEME)
@@ -91,11 +195,21 @@ def is_kafka_url(text: object) -> bool:
 
 def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> KafkaInput:
     """`kafka://HOST:PORT[,HOST:PORT]/TOPIC[?option=value&...]`, checked before Spark starts."""
-    parts = urlsplit(text)
+    expected = f"input: expected kafka://HOST:PORT/TOPIC or kafka://{EMBEDDED}/TOPIC, got {shown_url(text)!r}"
+    if "@" in text.partition("?")[0]:
+        # bootstrap.servers has no user info: it would fail in librdkafka, after being shown everywhere.
+        raise ValueError(
+            f"input: a kafka:// URL takes no user or password (give the options kafka.sasl.username and "
+            f"kafka.sasl.password), got {shown_url(text)!r}"
+        )
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # "Invalid IPv6 URL": it names no input
+        raise ValueError(expected) from None
     servers = parts.netloc
     topic = parts.path.lstrip("/")
     if parts.scheme.lower() != "kafka" or not servers or not topic or "/" in topic:
-        raise ValueError(f"input: expected kafka://HOST:PORT/TOPIC or kafka://{EMBEDDED}/TOPIC, got {text!r}")
+        raise ValueError(expected)
     query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
     embedded_events: int | None = None
     embedded_partitions = EMBEDDED_PARTITIONS
@@ -103,16 +217,22 @@ def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> Kafk
         for key in EMBEDDED_KEYS:
             if key in query:
                 value = query.pop(key)
-                if not value.isdigit() or int(value) < (0 if key == "events" else 1):
-                    raise ValueError(f"input: {key} must be a {'non-negative' if key == 'events' else 'positive'} integer, got {value!r}")
+                lowest = 0 if key == "events" else 1
+                wanted = f"input: {key} must be a {'non-negative' if lowest == 0 else 'positive'} integer, got {value!r}"
+                try:
+                    number = parse_int(value, field=f"input: {key}")  # not isdigit(): '²' and '٣' are digits
+                except ValueError:
+                    raise ValueError(wanted) from None
+                if number < lowest:
+                    raise ValueError(wanted)
                 if key == "events":
-                    embedded_events = int(value)
+                    embedded_events = number
                 else:
-                    embedded_partitions = int(value)
+                    embedded_partitions = number
     else:
         misplaced = [key for key in EMBEDDED_KEYS if key in query]
         if misplaced:
-            raise ValueError(f"input: {misplaced[0]} is for kafka://{EMBEDDED}/... only, got it in {text!r}")
+            raise ValueError(f"input: {misplaced[0]} is for kafka://{EMBEDDED}/... only, got it in {shown_url(text)!r}")
     spec = KafkaInput(
         url=f"{SCHEME}{servers}/{topic}",
         bootstrap_servers=servers,
@@ -137,6 +257,24 @@ def encode_events(frame: pd.DataFrame) -> tuple[list[bytes], list[bytes]]:
     return keys, values
 
 
+class DeliveryError(RuntimeError):
+    """Messages the brokers did not take: how many of how many, and the errors by name and count."""
+
+    def __init__(self, topic: str, failed: int, total: int, errors: Mapping[str, int]) -> None:
+        self.topic = topic
+        self.failed = failed
+        self.total = total
+        self.errors = dict(errors)
+        super().__init__(f"{failed} of {total} message(s) to {topic!r} failed: {self.errors}")
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """A delivery's outcome is counted in the producer's stats; marking its error as seen keeps
+    asyncio from logging "Future exception was never retrieved" once per failed message."""
+    if not future.cancelled():
+        future.exception()
+
+
 async def _send_all(
     producer: Any,
     topic: str,
@@ -153,7 +291,8 @@ async def _send_all(
             if ahead > 0:
                 await asyncio.sleep(ahead)
         partition = None if partitions is None else int(partitions[index])
-        await send(topic, value, key=key, partition=partition)
+        delivery = await send(topic, value, key=key, partition=partition)
+        delivery.add_done_callback(_retrieved)
 
 
 def produce_events(
@@ -167,7 +306,8 @@ def produce_events(
 ) -> dict[str, object]:
     """Send through `BatchingProducer` (broker-level linger) and wait for every ack; returns its stats.
 
-    Raises RuntimeError if any message failed: the count is in the message, nothing is dropped quietly.
+    Raises DeliveryError (a RuntimeError) if any message failed: the count is in the message,
+    nothing is dropped quietly.
     """
     from rebalancer.produce import BatchingProducer
 
@@ -184,8 +324,10 @@ def produce_events(
         return producer.stats()
 
     stats = asyncio.run(run())
-    if stats["failed"]:
-        raise RuntimeError(f"{stats['failed']} of {len(values)} message(s) to {topic!r} failed: {stats['errors']}")
+    failed, errors = stats["failed"], stats["errors"]
+    if failed:
+        assert isinstance(failed, int) and isinstance(errors, Mapping)  # BatchingProducer.stats()' types
+        raise DeliveryError(topic, failed, len(values), errors)
     return stats
 
 
@@ -260,15 +402,37 @@ def add_produce_parser(sub: Any, defaults: GenerateConfig) -> None:
     )
     produce.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT] of the brokers")
     produce.add_argument("--topic", required=True, help="topic to send to")
-    produce.add_argument("--events", type=int, default=defaults.events, help="events to send")
-    produce.add_argument("--types", type=int, default=defaults.types, help="distinct values of the type column")
-    produce.add_argument("--skew", type=float, default=defaults.skew, help="Zipf exponent of type volumes")
-    produce.add_argument("--entities", type=int, default=defaults.entities, help="distinct entities per type")
-    produce.add_argument("--bad-rate", type=float, default=defaults.bad_rate, help="share of bad rows")
-    produce.add_argument("--seed", type=int, default=defaults.seed, help="random seed")
-    produce.add_argument("--rate", type=float, default=0, help="events per second (default 0: as fast as possible)")
-    produce.add_argument("--linger-ms", type=float, default=PRODUCER_DEFAULTS["broker.linger.ms"], help="broker.linger.ms")
+    produce.add_argument("--events", type=integer(), default=defaults.events, help="events to send")
+    produce.add_argument("--types", type=integer(), default=defaults.types, help="distinct values of the type column")
+    produce.add_argument("--skew", type=finite_float(), default=defaults.skew, help="Zipf exponent of type volumes")
+    produce.add_argument("--entities", type=integer(), default=defaults.entities, help="distinct entities per type")
+    produce.add_argument("--bad-rate", type=finite_float(), default=defaults.bad_rate, help="share of bad rows")
+    produce.add_argument("--seed", type=integer(minimum=0), default=defaults.seed, help="random seed")
+    produce.add_argument("--rate", type=finite_float(), default=0, help="events per second (default 0: as fast as possible)")
+    produce.add_argument("--linger-ms", type=finite_float(), default=PRODUCER_DEFAULTS["broker.linger.ms"], help="broker.linger.ms")
+    produce.add_argument(
+        "--kafka-timeout",
+        type=finite_float(minimum=0, exclusive=True),
+        default=DEFAULT_KAFKA_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long a connection or a metadata request may take before the command fails "
+        f"(the producer's request.timeout.ms; default {DEFAULT_KAFKA_TIMEOUT_S:g})",
+    )
     produce.set_defaults(func=cmd_produce)
+
+
+def connect_reason(servers: str, timeout_s: float) -> str:
+    """Why the first server refuses a TCP connection (` (127.0.0.1:9: Connection refused)`), which
+    aiokafka's error leaves out; empty if it accepts one (the failure was past the connection)."""
+    import socket
+
+    first = servers.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_s, 5.0)):
+            return ""
+    except (OSError, ValueError) as exc:
+        return f" ({first}: {exc.strerror or exc})" if isinstance(exc, OSError) else ""
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -289,10 +453,30 @@ def cmd_produce(args: argparse.Namespace) -> int:
     )
     config.validate()
     keys, values = encode_events(make_frame(config))
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
     started = time.perf_counter()
-    stats = produce_events(
-        args.bootstrap, args.topic, keys, values, rate=args.rate or None, config={"broker.linger.ms": args.linger_ms}
-    )
+    try:
+        stats = produce_events(
+            args.bootstrap,
+            args.topic,
+            keys,
+            values,
+            rate=args.rate or None,
+            config={"broker.linger.ms": args.linger_ms, "request.timeout.ms": round(args.kafka_timeout * 1000)},
+        )
+    except KafkaConnectionError:  # aiokafka names no reason; -v shows its log line per attempt
+        raise ValueError(
+            f"bootstrap: cannot connect to any Kafka broker at {args.bootstrap}"
+            f"{connect_reason(args.bootstrap, args.kafka_timeout)} (-v shows each attempt)"
+        ) from None
+    except KafkaError as exc:  # its text starts with its class name
+        raise ValueError(f"Kafka at {args.bootstrap}, topic {args.topic!r}: {exc}") from None
+    except DeliveryError as exc:  # the brokers refused messages: counted, with the errors by name
+        raise ValueError(
+            f"Kafka at {args.bootstrap}, topic {args.topic!r}: {exc.failed} of {exc.total} message(s) failed: "
+            + ", ".join(f"{name} x{count}" for name, count in sorted(exc.errors.items()))
+        ) from None
     elapsed = time.perf_counter() - started
     table = Table(title=f"produced {len(values):,} events to {args.topic} in {elapsed:.2f} s", show_header=False)
     table.add_column("stat", style="bold")

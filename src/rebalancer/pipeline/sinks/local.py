@@ -26,6 +26,9 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
+from rebalancer._args import integer
+from rebalancer._numbers import parse_int
+
 log = logging.getLogger(__name__)
 
 SERVER_USER = "postgres"
@@ -38,8 +41,11 @@ def server_bindir() -> Path:
     """The newest `/usr/lib/postgresql/<major>/bin` with initdb, else the directory of `initdb` on PATH."""
 
     def major(path: str) -> int:
-        part = Path(path).parent.parent.name
-        return int(part) if part.isdigit() else 0
+        # Not isdigit(): it passes '²' (which int() then refuses) and reads '١٧' as 17.
+        try:
+            return parse_int(Path(path).parent.parent.name, field="PostgreSQL major version")
+        except ValueError:
+            return 0  # not a version directory: sorted first
 
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=major)
     if found:
@@ -223,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("action", choices=("start", "stop"))
     parser.add_argument("--dir", type=Path, required=True, help="the server's directory (created by start)")
-    parser.add_argument("--port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--port", type=integer(minimum=1), default=None, help="default: a free port")
     args = parser.parse_args(argv)
     try:
         server = LocalPostgres(args.dir, port=args.port)

@@ -120,14 +120,21 @@ def _add(section: dict[str, Any], writes: list[TableWrite], seconds: float) -> N
 
 
 def write_outputs(
-    sink: PostgresSink, outputs: Mapping[str, DataFrame], keys: Mapping[str, tuple[str, ...]] | None = None
+    sink: PostgresSink,
+    outputs: Mapping[str, DataFrame],
+    keys: Mapping[str, tuple[str, ...]] | None = None,
+    batch_id: int | None = None,
 ) -> dict[str, Any]:
     """Batch run: upsert every output; returns summary.json's `sink` section.
+
+    `batch_id` (a run of a Kafka input with a consumer group) keys the rows by batch, as a stream's
+    are: a rerun of the same batch replaces its rows by plain upsert, with the records of the failed
+    run and any that came since (see `telemetry.GroupRead`).
 
     The frames should be persisted by the caller: each table is one more Spark job over its frame.
     """
     started = time.perf_counter()
-    writes = sink.write_all(sink_outputs(outputs, keys=keys))
+    writes = sink.write_all(sink_outputs(outputs, batch_id=batch_id, keys=keys))
     section = _section(sink)
     _add(section, writes, time.perf_counter() - started)
     return section

@@ -8,7 +8,10 @@ every table's rows into the targets and records `(query, batch_id)` in `rebalanc
 in one transaction; a batch id already recorded is skipped.
 
 The password is kept only in the connection string handed to psycopg; repr, logs and errors show
-the URL without it.
+the URL without it. Masking is by structure (the URL's password component, a `password=` field),
+never by searching text for the password, which would blank "p" out of "port". A URL whose user
+or password holds an unencoded '/', '?', '#', '@' or a stray '%' is refused: libpq would read part
+of the password as a host, a port or a database name and echo it in its errors.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import hashlib
 import json
 import logging
 import re
+import sys
 import time
-from collections.abc import Iterator, Sequence
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from rebalancer._extras import require_extra
+from rebalancer.pipeline.session import spark_error_reason
 from rebalancer.pipeline.sinks._copy import (
     DIRECT,
     REPLAY_BYTES,
@@ -52,6 +58,14 @@ STAGE_PREFIX = "_rebalancer_stage_"
 # 200,000 (a batch of metrics is then about 25 MB).
 ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BATCH_ROWS = 200_000
+# libpq's connection parameters that hold a secret: masked by name wherever a conninfo is shown.
+SECRET_FIELDS = ("password", "sslpassword")
+_ENCODE_HINT = "percent-encode it (urllib.parse.quote(password, safe=''))"
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# A `password=` / `sslpassword=` field of a conninfo or URL query: quoted the way libpq quotes, or up to a space.
+_SECRET_FIELD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+# The password component of any postgresql:// URL in a text (its userinfo ends at the authority's '@').
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/?#@]*):[^\s/?#@]*@", re.IGNORECASE)
 
 
 class SinkError(RuntimeError):
@@ -136,23 +150,21 @@ class PostgresSink:
         replay_bytes: int = REPLAY_BYTES,
     ) -> None:
         require_extra("the PostgreSQL sink", "postgres")
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        from psycopg.conninfo import make_conninfo
 
         if not isinstance(url, str) or not url.startswith(SCHEMES):
             raise ValueError(
                 f"sink must be a postgresql://user:password@host:port/database URL, got {_scheme_only(url)!r}"
             )
-        try:
-            params = conninfo_to_dict(url)
-        except Exception as exc:  # psycopg.ProgrammingError for a malformed URL
-            raise ValueError(f"sink URL cannot be parsed: {_redacted_text(_first_line(exc), url)}") from None
+        params, masked_url = _read_url(url)
         if connect_timeout < 1:
             raise ValueError(f"connect_timeout must be >= 1, got {connect_timeout}")
         if replay_bytes < 1:
             raise ValueError(f"replay_bytes must be >= 1, got {replay_bytes}")
         self.schema = _check_identifier("sink schema", schema)
-        self._password = str(params.get("password") or "")
         self._conninfo = make_conninfo(url, connect_timeout=connect_timeout, application_name="rebalancer")
+        # The two connection strings this sink holds, each with its display form (password masked).
+        self._masks = {url: masked_url, self._conninfo: _masked_conninfo(self._conninfo)}
         self.display_url = _display_url(params)
         self.inject_failure_after_copy = inject_failure_after_copy
         # Per task: the most Arrow bytes kept to replay through the upsert when the direct COPY meets
@@ -166,8 +178,8 @@ class PostgresSink:
         return f"PostgresSink({self.display_url!r}, schema={self.schema!r})"
 
     def redact(self, text: str) -> str:
-        """`text` with the password (and any URL carrying it) blanked out."""
-        return _redacted_text(text, self._conninfo, self._password)
+        """`text` with this sink's URL and conninfo masked, and any `password=` value or URL password blanked."""
+        return _redacted_text(text, self._masks)
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection[Any]]:
@@ -520,7 +532,8 @@ class PostgresSink:
                 rows = frame.mapInArrow(task, RESULT_SCHEMA).collect()
         except (PySparkException, Py4JJavaError) as exc:
             raise SinkError(
-                f"sink {self.display_url}: writing {self.schema}.{task.table} failed: {self.redact(_python_error(exc))}"
+                f"sink {self.display_url}: writing {self.schema}.{task.table} failed: "
+                f"{self.redact(_python_error(exc))[:500]}"  # cut after masking: a cut URL would escape it
             ) from None
         return [
             (int(r["partition"]), int(r["copied"]), int(r["changed"]), int(r["direct"]), int(r["refused"])) for r in rows
@@ -581,23 +594,82 @@ def _display_url(params: dict[str, Any]) -> str:
     user = params.get("user")
     database = params.get("dbname") or ""
     where = f"{host}:{port}" if port else str(host)
-    return f"postgresql://{user + '@' if user else ''}{where}/{database}"
+    return f"postgresql://{quote(user, safe='') + '@' if user else ''}{where}/{database}"
 
 
-def _redacted_text(text: str, *secrets: str) -> str:
-    """Blank out each secret and any `password=` value or `user:password@` pair in `text`."""
-    for secret in secrets:
-        for form in {secret, quote(secret, safe="")} if secret else ():
-            text = text.replace(form, "***")
-    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
-    return re.sub(r"(postgres(?:ql)?://[^:/@\s]+):[^@\s]+@", r"\1:***@", text)
+def _url_error(shown: str, problem: str) -> ValueError:
+    return ValueError(f"sink {shown}: {problem}; {_ENCODE_HINT}")
+
+
+def _read_url(url: str) -> tuple[dict[str, str], str]:
+    """libpq's parameters for `url`, and `url` with its password masked.
+
+    libpq ends the userinfo at the first '@' before a '/', the URL standard at the authority's last
+    '@' before any of '/', '?', '#': a user or password with one of those unencoded is read
+    differently by the two (libpq then takes part of it for a host, port or database and echoes it
+    in errors). Such URLs, and malformed percent-encoding, are refused with one line showing no
+    character of the user or password; what is accepted, both read alike.
+    """
+    from psycopg.conninfo import conninfo_to_dict
+
+    scheme = url.partition("://")[0]
+    anonymous = f"{scheme}://…"
+    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in url):
+        raise _url_error(anonymous, "the URL holds a space or control character")  # urlsplit drops some silently
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # its message quotes the authority, password included
+        raise _url_error(
+            anonymous,
+            "the URL's host part cannot be read (an unmatched '[' or ']', or a character that reads as "
+            "'/', '?', '#', '@' or ':' once normalized)",
+        ) from None
+    if "@" in parts.path + parts.query + parts.fragment:
+        raise _url_error(
+            anonymous,
+            "the URL's user or password holds a reserved character ('/', '?', '#' or '@'), "
+            "or its database name or parameters hold '@'",
+        )
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if "@" in userinfo:
+        raise _url_error(anonymous, "the URL's user or password holds '@'")
+    shown = f"{anonymous}{at}{hostport}{parts.path}"  # no query: it may hold password=
+    if _BAD_PERCENT.search(userinfo):
+        raise _url_error(shown, "the URL's user or password holds '%' not followed by two hex digits")
+    if "%00" in userinfo:
+        raise _url_error(shown, "the URL's user or password holds %00")
+    try:
+        unquote(userinfo, errors="strict")
+    except UnicodeDecodeError:
+        raise _url_error(shown, "the URL's user or password is not UTF-8 once percent-decoded") from None
+    user, colon, _ = userinfo.partition(":")
+    rest = url[len(scheme) + 3 + len(parts.netloc):]
+    masked = f"{scheme}://{user}{':***' if colon else ''}{at}{hostport}{rest}"
+    try:
+        params = conninfo_to_dict(url)
+    except Exception as exc:  # psycopg.ProgrammingError: a bad host, port or parameter; libpq quotes the URL
+        raise ValueError(f"sink URL cannot be parsed: {_redacted_text(_first_line(exc), {url: masked})}") from None
+    return {k: str(v) for k, v in params.items()}, masked
+
+
+def _masked_conninfo(conninfo: str) -> str:
+    """`conninfo` with each secret field's value replaced by ***."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(conninfo)
+    return make_conninfo(conninfo, **{k: "***" for k in SECRET_FIELDS if params.get(k) is not None})
+
+
+def _redacted_text(text: str, masks: Mapping[str, str]) -> str:
+    """`text` with each known connection string replaced whole by its masked form, then any secret field
+    or URL password blanked: by structure, never by searching for the password itself."""
+    for raw, masked in masks.items():
+        text = text.replace(raw, masked)
+    text = _SECRET_FIELD.sub(r"\1***", text)
+    return _URL_PASSWORD.sub(r"\1:***@", text)
 
 
 def _python_error(exc: BaseException) -> str:
-    """The Python exception line inside a Spark task failure, else the error's first line."""
-    text = str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if re.match(r"^[\w.]+(Error|Exception|Failure): ", line):
-            return line[:500]
-    return _first_line(exc)[:500]
+    """A Spark task failure's cause, as `spark_error_reason` finds it, uncut: the caller masks it
+    first and cuts it after (a URL cut short would escape the mask)."""
+    return spark_error_reason(exc, limit=sys.maxsize)
