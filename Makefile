@@ -1,14 +1,17 @@
 # The README's two commands: `make run` and `make test`. Both bootstrap everything on a fresh
 # Debian machine that has only python3 and apt: the virtualenv, the package, and a JDK for Spark.
+# `make run` installs only what the main job needs (the core, the 'spark' and 'cli' extras, a JDK);
+# `make test` installs everything (every extra, the dev tools, PostgreSQL, Kafka's and Pulsar's jars).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test lint bench java kafka postgres postgres-jdbc pulsar-conformance clean
+.PHONY: run test lint bench java kafka spark-kafka postgres postgres-jdbc pulsar-conformance clean
 
-run: $(STAMP) java postgres
-	$(BIN)/rebalancer pipeline run
+run: $(RUN_STAMP) java
+	$(BIN)/rebalancer pipeline run --mode overwrite
 
 test: $(STAMP) java postgres kafka pulsar-conformance
 	$(BIN)/ruff check .
@@ -19,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Every headline figure, one script each (see README "Benchmarks").
-bench: $(STAMP) java postgres-jdbc pulsar-conformance
+bench: $(STAMP) java postgres-jdbc pulsar-conformance spark-kafka
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit $$?; done
 
 # The Pulsar conformance harness (conformance/pulsar, docs/shedding.md): Maven builds it against the
@@ -42,6 +45,13 @@ kafka: java
 	@scripts/ensure-maven.sh
 	@scripts/fetch-kafka.sh
 
+# Spark's own Kafka connector, which benchmarks/kafka_source.py runs against ours (--against spark-kafka):
+# Maven copies what jvm/spark-kafka/pom.xml pins, less the jars pyspark already ships, to
+# ~/.cache/rebalancer/spark-kafka-<version>; skipped once they are there.
+spark-kafka: $(STAMP) java
+	@scripts/ensure-maven.sh
+	@PYTHON_BIN=$(BIN)/python scripts/fetch-spark-kafka.sh
+
 # The PostgreSQL sink's tests start a private server; its benchmark also needs Debian's JDBC driver.
 postgres:
 	@scripts/ensure-postgres.sh
@@ -55,6 +65,12 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	@touch $@ $(RUN_STAMP)
+
+# The main job's packages alone: pyspark and its report's libraries, rich for the command's output.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[spark,cli]'
 	@touch $@
 
 clean:

@@ -9,8 +9,8 @@ receiving the function) to its last call's end, less the time the worker waited 
 (`own_clock`), so the skew shown is the work's, not the shared machine's. Three modes, each measured on its
 second run (the first run of `cost="seconds"` records the seconds its second run plans with):
 - plain: Spark's `df.groupBy("key").applyInPandas(func, schema)`, its calls timed by a wrapper;
-- rows: `balanced_apply(..., split_by="entity", cost="rows")`;
-- seconds: `balanced_apply(..., split_by="entity", cost="seconds", store=PlanStore(tmp))`.
+- rows: `balanced_apply(..., split_by="entity", split_safe=True, cost="rows")`;
+- seconds: `balanced_apply(..., split_by="entity", split_safe=True, cost="seconds", store=PlanStore(tmp))`.
 
 Settings, as benchmarks/pipeline.py: `--partitions 16` (max/median task seconds), partitions ==
 Spark's cores (wall clock: the fastest of `--wall-repeat` runs per mode, 5 by default, the modes'
@@ -20,8 +20,8 @@ split and `combine` merging the partial sums must equal the plain result exactly
 
 The session lifts Spark 4's byte cap on Arrow batches (`spark.sql.execution.arrow.maxBytesPerBatch`),
 for every mode, as docs/pipeline.md advises for narrow rows: with the cap, Spark measures the batch
-after every row, which `mapInPandas` pays on each of its struct's columns. `--spark-arrow-cap` keeps
-Spark's default cap instead.
+after every row, which `mapInArrow` (balanced_apply's grouped map) pays and Spark's own
+`applyInPandas` does not. `--spark-arrow-cap` keeps Spark's default cap instead.
 
 Last line: RESULT seconds_skew_plain=… seconds_skew_rows=… seconds_skew_seconds=…
 projected_makespan_ratio_64=… wall_ratio_vs_plain=… combine_ok=…
@@ -47,7 +47,8 @@ import pyarrow.parquet as pq
 
 # benchmarks/ is the script's directory, so its sibling is importable: one scheduler for both benchmarks.
 from pipeline import PROJECTED_CORES, interleaved, list_schedule, ratio
-from rebalancer.pipeline.apply import PlanStore, TaskClock, balanced_apply, own_clock
+from rebalancer.pipeline.apply import PlanStore, balanced_apply
+from rebalancer.pipeline.clock import TaskClock, own_clock
 from rebalancer.pipeline.handler import TaskStatsParam, task_stats
 from rebalancer.pipeline.session import ARROW_BYTES_UNCAPPED, build_session
 
@@ -200,7 +201,8 @@ def run_plain(spark: Any, df: Any, partitions: int) -> Run:
 def run_balanced(df: Any, partitions: int, cost: str, store: Any) -> Run:
     started = time.perf_counter()
     result = balanced_apply(
-        df, "key", trend, TREND_SCHEMA, partitions=partitions, split_by="entity", cost=cost, store=store
+        df, "key", trend, TREND_SCHEMA, partitions=partitions, split_by="entity", split_safe=True, cost=cost,
+        store=store,
     )
     result.frame.write.format("noop").mode("overwrite").save()
     wall = time.perf_counter() - started

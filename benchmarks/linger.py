@@ -26,6 +26,7 @@ trips measured before the window).
     .venv/bin/python benchmarks/linger.py               # 60 s per row
     .venv/bin/python benchmarks/linger.py --seconds 10  # quicker
     .venv/bin/python benchmarks/linger.py --sweep       # the seed's grid, 5 s per cell
+    .venv/bin/python benchmarks/linger.py --cluster real  # the 20k row on 3 real Kafka brokers (make kafka)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +66,11 @@ TOPIC = "bench"
 TICK_S = 0.002
 MAX_BURST = 2_000  # messages per loop turn before yielding, so acks are not starved
 CEILING_SECONDS = 5.0
+# --ceiling: each client unthrottled in its own process (1,000 partitions, 100-byte values).
+CEILING_CLIENTS = ("ceiling", "ceiling-aiokafka", "ceiling-confluent")
+# The seed's open question (sticky partitioning x broker-level linger): keyless messages, sticky
+# (librdkafka's consistent_random) against random placement per message, in this cell.
+STICKY_CELL_ARGS = (5_000, 20_000, 5)
 # Latency is sampled on every 10th message, the same for every client: a per-message callback costs
 # a pure-Python client a visible share of its CPU, and 1 in 10 still gives >= 20k samples per row.
 SAMPLE_EVERY = 10
@@ -140,7 +147,8 @@ def row_confluent(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict
 
 
 async def _paced_async(
-    send: Callable, cell: Cell, seconds: float, on_future: Callable, on_tick: Callable | None = None
+    send: Callable, cell: Cell, seconds: float, on_future: Callable, on_tick: Callable | None = None,
+    keyless: bool = False,
 ) -> int:
     loop = asyncio.get_running_loop()
     sent = 0
@@ -156,7 +164,7 @@ async def _paced_async(
         target = int((now - start) * cell.rate)
         burst = 0
         while sent < target and burst < MAX_BURST:
-            fut = await send(TOPIC, VALUE, partition=sent % partitions)
+            fut = await send(TOPIC, VALUE, partition=None if keyless else sent % partitions)
             if sent % SAMPLE_EVERY == 0:
                 on_future(fut)
             sent += 1
@@ -232,7 +240,10 @@ async def _round_trip_ms(producer: object) -> float:
     return float(np.median(samples))
 
 
-def row_ours(cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transactional: bool = False) -> dict[str, object]:
+def row_ours(
+    cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transactional: bool = False, partitioner: str | None = None
+) -> dict[str, object]:
+    """Ours on `cell`; with `partitioner`, keyless messages placed by it instead of round-robin partitions."""
     from rebalancer.produce import BatchingProducer
 
     latencies: list[float] = []
@@ -240,7 +251,9 @@ def row_ours(cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transacti
     stats: dict[str, object] = {}
 
     async def main() -> int:
-        extra = {"transactional.id": "bench-txn"} if transactional else {}
+        extra: dict[str, object] = {"transactional.id": "bench-txn"} if transactional else {}
+        if partitioner is not None:
+            extra["partitioner"] = partitioner
         producer = BatchingProducer(_ours_config(cluster, cell, **extra))
         await producer.start()
         next_commit = [0.0]
@@ -263,7 +276,7 @@ def row_ours(cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transacti
             next_commit[0] = asyncio.get_running_loop().time() + TXN_COMMIT_S
             sent = await _paced_async(
                 producer.send, cell, seconds, _latency_recorder(latencies, failures),
-                commit_on_time if transactional else None,
+                commit_on_time if transactional else None, keyless=partitioner is not None,
             )  # fmt: skip
             if transactional:
                 await producer.commit_transaction()
@@ -273,6 +286,8 @@ def row_ours(cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transacti
                 {
                     "own_requests": after["requests"] - before["requests"],
                     "partitions_per_send_avg": after["partitions_per_send_avg"],
+                    "msgs_per_own_request": (after["produced"] - before["produced"])
+                    / max(1, after["requests"] - before["requests"]),
                     "triggers_by_reason": after["triggers_by_reason"],
                     "window_waits": after["window_waits"],
                     "rtt_ms": rtt_ms,
@@ -287,48 +302,100 @@ def row_ours(cluster: MockKafkaCluster, cell: Cell, seconds: float, *, transacti
     return {"sent": sent, "latencies": latencies, "failed": failures[0], "ours": stats}
 
 
+async def _ceiling_async(make_producer: Callable[[], Any], cell: Cell, seconds: float) -> dict[str, object]:
+    """An asyncio producer, unthrottled: sends round-robin for `seconds`, then waits for every ack."""
+    producer = make_producer()
+    await producer.start()
+    try:
+        for p in range(cell.partitions):
+            await producer.send(TOPIC, VALUE, partition=p)
+        await producer.flush()
+        start = time.monotonic()
+        sent = 0
+        while time.monotonic() - start < seconds:
+            for _ in range(MAX_BURST):
+                await producer.send(TOPIC, VALUE, partition=sent % cell.partitions)
+                sent += 1
+            await asyncio.sleep(0)
+        await producer.flush()
+        elapsed = time.monotonic() - start
+    finally:
+        await producer.stop()
+    return {"sent": sent, "elapsed": elapsed, "ceiling": sent / elapsed}
+
+
 def row_ceiling(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict[str, object]:
     """Ours, unthrottled: how many msg/s one Python process sustains end to end (send to ack)."""
     from rebalancer.produce import BatchingProducer
 
-    async def main() -> tuple[int, float]:
-        producer = BatchingProducer(_ours_config(cluster, cell))
-        await producer.start()
-        try:
-            for p in range(cell.partitions):
-                await producer.send(TOPIC, VALUE, partition=p)
-            await producer.flush()
-            start = time.monotonic()
-            sent = 0
-            while time.monotonic() - start < seconds:
-                for _ in range(MAX_BURST):
-                    await producer.send(TOPIC, VALUE, partition=sent % cell.partitions)
-                    sent += 1
-                await asyncio.sleep(0)
-            await producer.flush()
-            return sent, time.monotonic() - start
-        finally:
-            await producer.stop()
+    return asyncio.run(_ceiling_async(lambda: BatchingProducer(_ours_config(cluster, cell)), cell, seconds))
 
-    sent, elapsed = asyncio.run(main())
+
+def row_ceiling_aiokafka(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict[str, object]:
+    """aiokafka's own AIOKafkaProducer, unthrottled, driven as `row_ceiling` drives ours."""
+    from aiokafka import AIOKafkaProducer
+
+    def make() -> AIOKafkaProducer:
+        return AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=cell.linger_ms, acks="all")
+
+    return asyncio.run(_ceiling_async(make, cell, seconds))
+
+
+def row_ceiling_confluent(cluster: MockKafkaCluster, cell: Cell, seconds: float) -> dict[str, object]:
+    """confluent-kafka unthrottled: produce() until the window ends, then flush; BufferError waits in poll."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": cell.linger_ms, "acks": "all"})
+    for p in range(cell.partitions):
+        producer.produce(TOPIC, VALUE, partition=p)
+    producer.flush(30)
+    start = time.monotonic()
+    sent = 0
+    while time.monotonic() - start < seconds:
+        for _ in range(MAX_BURST):
+            try:
+                producer.produce(TOPIC, VALUE, partition=sent % cell.partitions)
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            sent += 1
+        producer.poll(0)
+    if producer.flush(120) != 0:
+        raise RuntimeError("confluent-kafka did not deliver everything within 120 s")
+    elapsed = time.monotonic() - start
     return {"sent": sent, "elapsed": elapsed, "ceiling": sent / elapsed}
 
+
+CEILING_ROWS: dict[str, Callable[[MockKafkaCluster, Cell, float], dict[str, object]]] = {
+    "ceiling": lambda cluster, cell, seconds: row_ceiling(cluster, cell, seconds),
+    "ceiling-aiokafka": row_ceiling_aiokafka,
+    "ceiling-confluent": row_ceiling_confluent,
+}
 
 ROWS: dict[str, Callable[[MockKafkaCluster, Cell, float], dict[str, object]]] = {
     "confluent": row_confluent,
     "aiokafka": row_aiokafka,
     "ours": row_ours,
     TXN_CLIENT: lambda cluster, cell, seconds: row_ours(cluster, cell, seconds, transactional=True),
+    "ours-sticky": lambda cluster, cell, seconds: row_ours(cluster, cell, seconds, partitioner="consistent_random"),
+    "ours-random": lambda cluster, cell, seconds: row_ours(cluster, cell, seconds, partitioner="random"),
 }
 
 
 def run_row(client: str, cell: Cell, seconds: float) -> dict[str, object]:
     with MockKafkaCluster(brokers=BROKERS) as cluster:
         cluster.create_topic(TOPIC, partitions=cell.partitions)
-        if client == "ceiling":
-            return row_ceiling(cluster, cell, seconds)
+        if client in CEILING_ROWS:
+            return CEILING_ROWS[client](cluster, cell, seconds)
         result = ROWS[client](cluster, cell, seconds)
         requests = cluster.produce_requests()
+    return row_summary(client, cell, seconds, result, requests)
+
+
+def row_summary(
+    client: str, cell: Cell, seconds: float, result: dict[str, object], requests: dict[int, int]
+) -> dict[str, object]:
+    """One row's figures: what the client measured and what the brokers counted."""
     latencies = result.pop("latencies")
     p50, p95, p99 = percentiles(latencies)
     sent = int(result["sent"])
@@ -348,6 +415,68 @@ def run_row(client: str, cell: Cell, seconds: float) -> dict[str, object]:
         "p99": p99,
         "achieved": sent / seconds,
     }
+
+
+# -- --cluster real: the headline row on real Apache Kafka brokers ------------------------------------
+def headline_real(seconds: float) -> int:
+    """The 20k msg/s headline row (1,000 partitions, linger 500 ms) on three real Apache Kafka 4.3.1
+    brokers (`rebalancer.testing.KafkaCluster`, `make kafka`), ProduceRequests counted by the brokers.
+
+    One cluster serves the three rows, which run one after the other in this process: a broker JVM
+    takes seconds to start where the mock takes none. The topic is replicated as on the mock (factor 1).
+    """
+    from rebalancer.testing import KafkaCluster
+    from rebalancer.testing.kafka_cluster import KafkaNotInstalledError
+
+    cell = Cell()
+    started = time.perf_counter()
+    try:
+        cluster = KafkaCluster(brokers=BROKERS)
+    except KafkaNotInstalledError as exc:
+        print(f"linger: {exc}", file=sys.stderr)
+        return 2
+    cluster_start_s = time.perf_counter() - started
+    rows: dict[str, dict[str, object]] = {}
+    with cluster:
+        cluster.create_topic(TOPIC, partitions=cell.partitions)
+        print(
+            f"broker-level linger on real brokers: Apache Kafka {cluster.version}, {BROKERS} brokers (up in "
+            f"{cluster_start_s:.1f} s), {cell.partitions} partitions, {len(VALUE)}-byte values, "
+            f"{int(cell.rate):,} msg/s, linger {cell.linger_ms:g} ms, {seconds:g} s per row, {os.cpu_count()} cores"
+        )
+        header = (
+            f"{'client':<10} {'ProduceRequests':>15} {'msgs/request':>12} {'p50 ms':>8} {'p95 ms':>8} "
+            f"{'p99 ms':>8} {'achieved':>9} {'failed*':>7}"
+        )
+        print(header)
+        print("-" * len(header))
+        for client in CLIENTS:
+            result = ROWS[client](cluster, cell, seconds)
+            cluster.stop_request_tracking()
+            row = row_summary(client, cell, seconds, result, cluster.produce_requests())
+            rows[client] = row
+            print(
+                f"{client:<10} {row['requests']:>15,} {row['msgs_per_request']:>12,.1f} {row['p50']:>8.0f} "
+                f"{row['p95']:>8.0f} {row['p99']:>8.0f} {100 * row['achieved'] / cell.rate:>8.1f}% {row['failed']:>7}",
+                flush=True,
+            )
+    print(f"* failures among the latency-sampled messages (every {SAMPLE_EVERY}th)")
+    before, ours = rows["confluent"], rows["ours"]
+    if not before["requests"] or not ours["requests"]:
+        print(f"linger: the brokers counted no ProduceRequests ({before['requests']}, {ours['requests']})", file=sys.stderr)
+        return 1
+    reduction = 100.0 * (1 - ours["requests"] / before["requests"])
+    print(
+        f"ours: broker-counted {ours['requests']} vs producer-counted {ours['ours']['own_requests']} requests; "
+        f"by broker {ours['requests_by_broker']}"
+    )
+    print(
+        f"RESULT real_requests_before={before['requests']} real_requests_aiokafka={rows['aiokafka']['requests']} "
+        f"real_requests_ours={ours['requests']} real_achieved_pct_20k={100 * ours['achieved'] / cell.rate:.1f} "
+        f"real_failed={int(ours['ours']['failed_total'])} real_reduction_pct={reduction:.2f} "
+        f"real_p99_ms_20k={ours['p99']:.0f} cluster_start_s={cluster_start_s:.1f}"
+    )
+    return 0
 
 
 # -- orchestration -----------------------------------------------------------------------------------
@@ -376,10 +505,52 @@ def sweep_cells(
     return cells
 
 
+def ceilings(
+    seconds: float, runner: Callable[[str, Cell, float], dict[str, object]] = spawn, cell: Cell | None = None
+) -> tuple[str, str]:
+    """The three unthrottled ceilings (ours, aiokafka's AIOKafkaProducer, confluent-kafka) and their
+    ratios, as RESULT fields."""
+    cell = cell or Cell()
+    found = {client: float(runner(client, cell, seconds)["ceiling"]) for client in CEILING_CLIENTS}
+    ours, aiokafka_, confluent = (found[c] for c in CEILING_CLIENTS)
+    print(
+        f"ceiling, {cell.partitions} partitions, {len(VALUE)}-byte values, linger {cell.linger_ms:g} ms, unthrottled: "
+        f"ours {ours:,.0f} msg/s, aiokafka {aiokafka_:,.0f} msg/s, confluent-kafka {confluent:,.0f} msg/s",
+        flush=True,
+    )
+    ratios = f"ceiling_ratio_vs_aiokafka={ours / aiokafka_:.2f} ceiling_ratio_vs_confluent={ours / confluent:.2f}"
+    return f"ceiling_ours={ours:.0f} ceiling_aiokafka={aiokafka_:.0f} ceiling_confluent={confluent:.0f}", ratios
+
+
+def sticky_interaction(
+    seconds: float, runner: Callable[[str, Cell, float], dict[str, object]] = spawn, cell: Cell | None = None
+) -> float:
+    """The seed's open question: keyless messages, sticky vs random placement; returns requests sticky/random."""
+    cell = cell or Cell(*STICKY_CELL_ARGS)
+    rows = {client: runner(client, cell, seconds) for client in ("ours-sticky", "ours-random")}
+    for client, row in rows.items():
+        own = row["ours"]
+        print(
+            f"{client} keyless @{cell.label()}: {row['requests']:,} requests (broker-counted), "
+            f"{own['partitions_per_send_avg']:.1f} batches/request, {own['msgs_per_own_request']:.1f} msgs/request, "
+            f"p99 {row['p99']:.0f} ms, achieved {100.0 * row['achieved'] / cell.rate:.1f}%",
+            flush=True,
+        )
+    random_requests = rows["ours-random"]["requests"]
+    return rows["ours-sticky"]["requests"] / random_requests if random_requests else float("nan")
+
+
 def sweep(
-    cells: list[Cell], seconds: float, runner: Callable[[str, Cell, float], dict[str, object]] = spawn
+    cells: list[Cell],
+    seconds: float,
+    runner: Callable[[str, Cell, float], dict[str, object]] = spawn,
+    *,
+    ceiling_seconds: float = CEILING_SECONDS,
+    ceiling_cell: Cell | None = None,
+    sticky_cell: Cell | None = None,
 ) -> tuple[list[dict[str, object]], str]:
-    """Ours and confluent-kafka on every cell; returns the table rows and the RESULT line."""
+    """Ours and confluent-kafka on every cell, then the ceilings and the sticky interaction;
+    returns the table rows and the RESULT line."""
     table: list[dict[str, object]] = []
     for cell in cells:
         before, ours = runner("confluent", cell, seconds), runner("ours", cell, seconds)
@@ -400,6 +571,7 @@ def sweep(
             "latency_ok": bool(ours["p99"] <= budget),
             "achieved_pct": 100.0 * ours["achieved"] / cell.rate,
             "achieved_pct_confluent": 100.0 * before["achieved"] / cell.rate,
+            "rate_ratio": ours["achieved"] / before["achieved"] if before["achieved"] else float("nan"),
             "failed": int(ours["ours"]["failed_total"]),
         }
         table.append(row)
@@ -408,20 +580,25 @@ def sweep(
     kept_rate = [r for r in table if r["achieved_pct"] >= 99.0]
     held_where_kept = sum(r["latency_ok"] for r in kept_rate)
     pays = [r for r in table if r["reduction_pct"] >= 50.0]
+    ceiling_fields, ceiling_ratios = ceilings(ceiling_seconds, runner, ceiling_cell)
+    sticky_ratio = sticky_interaction(seconds, runner, sticky_cell)
     result = (
-        f"RESULT sweep_cells={len(table)} latency_held={held} latency_held_where_rate_kept={held_where_kept}/"
-        f"{len(kept_rate)} reduction_ge_50pct={len(pays)} "
+        f"RESULT sweep_cells={len(table)} latency_held={held} reduction_ge_50pct={len(pays)} {ceiling_fields} "
         f"min_reduction_pct={min(r['reduction_pct'] for r in table):.1f} "
         f"max_reduction_pct={max(r['reduction_pct'] for r in table):.1f} "
-        f"failed={sum(r['failed'] for r in table)}"
+        f"failed={sum(r['failed'] for r in table)} "
+        f"min_rate_ratio_vs_confluent={min(r['rate_ratio'] for r in table):.2f} "
+        f"latency_held_where_rate_kept={held_where_kept} cells_where_rate_kept={len(kept_rate)} "
+        f"{ceiling_ratios} sticky_requests_ratio={sticky_ratio:.2f}"
     )
     return table, result
 
 
 TABLE_HEADER = (
     "| partitions | rate | linger ms | codec | requests confluent | requests ours | reduction | "
-    "p50 / p99 confluent ms | p50 / p99 ours ms | RTT ms | p99 budget ms | held | achieved ours | achieved confluent |\n"
-    "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|"
+    "p50 / p99 confluent ms | p50 / p99 ours ms | RTT ms | p99 budget ms | held | achieved ours | achieved confluent | "
+    "ours / confluent |\n"
+    "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"
 )
 
 
@@ -432,7 +609,7 @@ def format_row(row: dict[str, object]) -> str:
         f"{row['requests_confluent']:,} | {row['requests_ours']:,} | {row['reduction_pct']:.1f}% | "
         f"{row['p50_confluent']:.0f} / {row['p99_confluent']:.0f} | {row['p50']:.0f} / {row['p99']:.0f} | "
         f"{row['rtt_ms']:.1f} | {row['budget_ms']:.0f} | {'yes' if row['latency_ok'] else 'NO'} | "
-        f"{row['achieved_pct']:.1f}% | {row['achieved_pct_confluent']:.1f}% |"
+        f"{row['achieved_pct']:.1f}% | {row['achieved_pct_confluent']:.1f}% | {row['rate_ratio']:.2f} |"
     )
 
 
@@ -502,7 +679,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=None, help="window per row (default 60; --sweep: 5)")
     parser.add_argument("--sweep", action="store_true", help="the seed's test plan: a grid of partitions, rates, lingers")
-    parser.add_argument("--row", choices=(*ROWS, "ceiling"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--ceiling", action="store_true", help="unthrottled msg/s of ours, aiokafka and confluent-kafka (1,000 partitions)"
+    )
+    parser.add_argument(
+        "--cluster", choices=("mock", "real"), default="mock",
+        help="mock: librdkafka's mock brokers (default); real: the 20k msg/s headline row on 3 Apache Kafka brokers",
+    )  # fmt: skip
+    parser.add_argument("--row", choices=(*ROWS, *CEILING_ROWS), help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, default=RATES[0], help=argparse.SUPPRESS)
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help=argparse.SUPPRESS)
     parser.add_argument("--linger-ms", type=float, default=LINGER_MS, help=argparse.SUPPRESS)
@@ -511,9 +695,17 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds if args.seconds is not None else (SWEEP_SECONDS if args.sweep else 60.0)
     if seconds <= 0:
         parser.error(f"--seconds must be > 0, got {seconds}")
+    if args.cluster == "real":
+        if args.sweep or args.ceiling or args.row:
+            parser.error("--cluster real runs the headline row only: it takes no --sweep, --ceiling or --row")
+        return headline_real(seconds)
     if args.row:
         cell = Cell(args.partitions, args.rate, args.linger_ms, args.compression)
         print(json.dumps(run_row(args.row, cell, seconds)), flush=True)
+        return 0
+    if args.ceiling:
+        fields, ratios = ceilings(args.seconds if args.seconds is not None else CEILING_SECONDS)
+        print(f"RESULT {fields} {ratios}")
         return 0
     if not args.sweep:
         return headline(seconds)

@@ -125,11 +125,11 @@ def test_a_missing_extra_keeps_the_component_listed_and_names_the_extra(monkeypa
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "pyspark", None)  # what an install without the 'spark' extra sees
     parser = cli.build_parser()
-    assert "rebalancer[spark]" in parser.format_help()
+    assert "partition-rebalancer[spark]" in parser.format_help()
     assert cli.main(["pipeline", "run", "--input", "x"]) == 2
     assert capsys.readouterr().err == (
         "rebalancer: error: rebalancer.pipeline needs pyspark, from the 'spark' extra: "
-        "pip install 'rebalancer[spark]'\n"
+        "pip install 'partition-rebalancer[spark]'\n"
     )
 
 

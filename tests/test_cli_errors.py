@@ -33,7 +33,7 @@ NUMERIC_FLAGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
     ),
     ("pipeline", "run"): (
         ("--partitions", "i"), ("--rebalance-every", "i"), ("--max-moves", "i"), ("--max-batches", "i"),
-        ("--files-per-batch", "i"), ("--group-cost", "i"), ("--kafka-timeout", "f"),
+        ("--files-per-batch", "i"), ("--group-cost", "i"), ("--kafka-timeout", "f"), ("--connect-timeout", "f"),
     ),
     ("pipeline", "produce"): (
         ("--events", "i"), ("--types", "i"), ("--skew", "f"), ("--entities", "i"), ("--bad-rate", "f"),
@@ -43,6 +43,7 @@ NUMERIC_FLAGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
         ("--types", "i"), ("--seconds", "f"), ("--threads", "i"), ("--producers", "i"), ("--skew", "f"),
         ("--rebalance-ms", "f"), ("--top", "i"),
     ),
+    ("pipeline", "postgres"): (("--port", "i"),),
     ("shedding", "simulate"): (("--minutes", "i"), ("--seed", "i"), ("--report-delay", "i"), ("--interval", "i")),
     ("shedding", "compare"): (
         ("--converge-target", "f"), ("--seed", "i"), ("--report-delay", "i"), ("--interval", "i"),
@@ -174,7 +175,7 @@ def test_generate_into_a_file_names_it(tmp_path):
     file = tmp_path / "taken"
     file.write_text("not a directory\n")
     line = _one_line(_rebalancer("pipeline", "generate", "--out", str(file), "--events", "10"))
-    assert line == f"rebalancer: error: {file}: File exists"
+    assert line == f"rebalancer: error: out must be a directory, got a file: {file}"
     assert file.read_text() == "not a directory\n"
 
 

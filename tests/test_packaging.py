@@ -21,7 +21,7 @@ from rebalancer._extras import EXTRAS
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("balance", "queue", "consumers", "shedding", "pipeline", "produce", "testing", "cli")
 
-# Imports every package an extra brings fail, as on a core-only install (pip install rebalancer).
+# Imports every package an extra brings fail, as on a core-only install (pip install partition-rebalancer).
 BLOCKER = textwrap.dedent("""
     import sys
     from importlib.abc import MetaPathFinder
@@ -69,21 +69,24 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
         check=True, capture_output=True, text=True,
     )
-    (path,) = out.glob("rebalancer-*.whl")
+    (path,) = out.glob("partition_rebalancer-*.whl")
     return path
 
 
 def test_the_wheel_carries_types_license_and_the_extras(wheel: Path):
-    assert wheel.name == f"rebalancer-{rebalancer.__version__}-py3-none-any.whl"
+    assert wheel.name == f"partition_rebalancer-{rebalancer.__version__}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-        info = f"rebalancer-{rebalancer.__version__}.dist-info"
+        info = f"partition_rebalancer-{rebalancer.__version__}.dist-info"
         metadata = Parser().parsestr(z.read(f"{info}/METADATA").decode())
         license_text = z.read(f"{info}/licenses/LICENSE").decode()
     assert "rebalancer/py.typed" in names
     assert {f"rebalancer/{c}/__init__.py" for c in COMPONENTS if c != "cli"} <= names
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
     assert metadata["License-Expression"] == "Apache-2.0"
+    # `rebalancer` on PyPI is another project (whose import package is `rebalancer` too): ours is
+    # published under a free name, and keeps its import package and command.
+    assert metadata["Name"] == rebalancer.DISTRIBUTION == "partition-rebalancer"
     extras = set(metadata.get_all("Provides-Extra"))
     assert extras == {"all", "dev", "kafka", "plots", "spark", "postgres", "cli", "pulsar"}
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
@@ -96,11 +99,11 @@ def test_the_wheel_carries_types_license_and_the_extras(wheel: Path):
     assert by_extra["postgres"] == {"psycopg", "pgpq"}
     assert by_extra["cli"] == {"rich"}
     assert by_extra["pulsar"] == {"javaproperties"}
-    assert by_extra["all"] == {"rebalancer"}
+    assert by_extra["all"] == {"partition-rebalancer"}
     # Each extra installs what rebalancer._extras checks for it (module names, as imported).
     for extra, modules in EXTRAS.items():
         assert {m.replace("_", "-") for m in modules} <= by_extra[extra], extra
-    (everything,) = [r for r in requires if r.name == "rebalancer"]
+    (everything,) = [r for r in requires if r.name == "partition-rebalancer"]
     assert everything.extras == extras - {"all", "dev"}  # [all] is every extra but the developers' tools
 
 
@@ -140,7 +143,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_imports_every_component(wheel:
 
 
 def test_the_wheel_with_numpy_alone_runs_the_core_and_names_every_missing_extra(wheel: Path, tmp_path: Path):
-    """A core install (`pip install rebalancer`): numpy is the only other package on the path."""
+    """A core install (`pip install partition-rebalancer`): numpy is the only other package on the path."""
     import numpy
 
     only_numpy = tmp_path / "only-numpy"
@@ -182,7 +185,7 @@ def test_the_wheel_with_numpy_alone_runs_the_core_and_names_every_missing_extra(
         "kafka",
         "kafka",
         "ShedderConfig.from_broker_conf needs javaproperties, from the 'pulsar' extra: "
-        "pip install 'rebalancer[pulsar]'",
+        "pip install 'partition-rebalancer[pulsar]'",
         "['numpy']",
     ]
     command = venv / "bin" / "rebalancer"
@@ -194,7 +197,7 @@ def test_the_wheel_with_numpy_alone_runs_the_core_and_names_every_missing_extra(
         used = subprocess.run([command, component, "demo"], capture_output=True, text=True, cwd=tmp_path, env=env)
         assert (used.returncode, used.stderr) == (2, (
             f"rebalancer: error: rebalancer {component} needs rich, from the 'cli' extra: "
-            "pip install 'rebalancer[cli]'\n"
+            "pip install 'partition-rebalancer[cli]'\n"
         ))
 
 
@@ -222,10 +225,10 @@ def test_the_core_needs_only_numpy_and_each_extra_is_named_when_missing():
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "rebalancer.pipeline needs pyspark, pandas, pyarrow, matplotlib, from the 'spark' extra: "
-        "pip install 'rebalancer[spark]'",
-        "rebalancer.produce needs aiokafka, from the 'kafka' extra: pip install 'rebalancer[kafka]'",
-        "rebalancer.testing needs confluent_kafka, from the 'kafka' extra: pip install 'rebalancer[kafka]'",
-        "rebalancer.shedding plots needs matplotlib, from the 'plots' extra: pip install 'rebalancer[plots]'",
+        "pip install 'partition-rebalancer[spark]'",
+        "rebalancer.produce needs aiokafka, from the 'kafka' extra: pip install 'partition-rebalancer[kafka]'",
+        "rebalancer.testing needs confluent_kafka, from the 'kafka' extra: pip install 'partition-rebalancer[kafka]'",
+        "rebalancer.shedding plots needs matplotlib, from the 'plots' extra: pip install 'partition-rebalancer[plots]'",
     ]
 
 
@@ -245,7 +248,7 @@ def test_a_missing_extra_is_an_import_error_naming_it(monkeypatch, component, bl
     assert isinstance(error.value, MissingExtraError)
     assert error.value.name == blocked and error.value.extra == extra
     assert str(error.value) == (
-        f"{component} needs {blocked}, from the '{extra}' extra: pip install 'rebalancer[{extra}]'"
+        f"{component} needs {blocked}, from the '{extra}' extra: pip install 'partition-rebalancer[{extra}]'"
     )
 
 
@@ -256,3 +259,26 @@ def test_an_unknown_extra_is_a_value_error():
         "extra must be one of \\['cli', 'kafka', 'plots', 'postgres', 'pulsar', 'spark'\\], got 'sparks'"
     )):
         require_extra("x", "sparks")
+
+
+def _make_dry_run(target: str, tmp_path: Path) -> list[str]:
+    """The commands `make TARGET` would run on a fresh checkout (no .venv yet), without running them."""
+    checkout = tmp_path / target
+    checkout.mkdir()
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy2(ROOT / name, checkout / name)
+    shutil.copytree(ROOT / "conformance", checkout / "conformance", ignore=shutil.ignore_patterns("target"))
+    out = subprocess.run(["make", "-n", target], cwd=checkout, check=True, capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_run_installs_only_the_main_jobs_extras_and_make_test_everything(tmp_path: Path):
+    run = _make_dry_run("run", tmp_path)
+    installs = [line for line in run if " -m pip install " in line and "--upgrade pip" not in line]
+    assert installs == [".venv/bin/python -m pip install --quiet -e '.[spark,cli]'"]
+    assert "scripts/ensure-java.sh" in run and run[-1].startswith(".venv/bin/rebalancer pipeline run")
+    assert not [line for line in run if "postgres" in line or "maven" in line or "kafka" in line]
+    test = _make_dry_run("test", tmp_path)
+    assert ".venv/bin/python -m pip install --quiet -e '.[all,dev]'" in test
+    assert {"scripts/ensure-java.sh", "scripts/ensure-postgres.sh", "scripts/fetch-kafka.sh"} <= set(test)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from rebalancer import DISTRIBUTION
+
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pandas", "pyarrow", "matplotlib"),
     "kafka": ("aiokafka", "confluent_kafka"),
@@ -36,7 +38,7 @@ class MissingExtraError(ImportError):
         self.missing = tuple(missing)
         super().__init__(
             f"{component} needs {', '.join(missing)}, from the '{extra}' extra: "
-            f"pip install 'rebalancer[{extra}]'",
+            f"pip install '{DISTRIBUTION}[{extra}]'",
             name=missing[0],
         )
 

@@ -12,9 +12,10 @@ import importlib
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Collection, Sequence
 
-from rebalancer import __version__
+from rebalancer import DISTRIBUTION, __version__
 from rebalancer._extras import MissingExtraError, require_extra
 
 EXIT_USAGE = 2
@@ -102,6 +103,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             return help_text
         return super()._get_help_string(action)
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """Never at a hyphen: `pip install 'partition-rebalancer[spark]'` must stay copyable."""
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         blocks = []
         for block in text.strip("\n").split("\n\n"):
@@ -162,7 +167,7 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
         except MissingExtraError as exc:
             component = sub.add_parser(
                 name,
-                help=f"{help_text} [needs: pip install 'rebalancer[{exc.extra}]']",
+                help=f"{help_text} [needs: pip install '{DISTRIBUTION}[{exc.extra}]']",
                 description=description,
             )
             component.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -201,20 +206,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except (UsageError, ValueError, MissingExtraError) as exc:
-        print(f"rebalancer: error: {exc}", file=sys.stderr)
+        print(f"rebalancer: error: {exc}{_spark_log_note()}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError...
-        print(f"rebalancer: error: {_os_error(exc)}", file=sys.stderr)
+        print(f"rebalancer: error: {_os_error(exc)}{_spark_log_note()}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("rebalancer: interrupted", file=sys.stderr)
+        print(f"rebalancer: interrupted{_spark_log_note()}", file=sys.stderr)
         return 130
     except Exception as exc:
+        if isinstance(exc, _spark_errors()) and not args.verbose:
+            # A Spark failure no command turned into its own words: the cause in one line, and the
+            # traceback in Spark's log when there is one (-v shows it here instead).
+            from rebalancer.pipeline.session import spark_error_reason
+
+            note = _spark_log_note(exc)
+            print(f"rebalancer: error: Spark: {spark_error_reason(exc)}{note or ' (-v shows the traceback)'}",
+                  file=sys.stderr)
+            return EXIT_USAGE
         if not isinstance(exc, _client_errors()):
             raise
         # A command that knows its servers names them itself (a ValueError); this is the safety net.
         print(f"rebalancer: error: Kafka: {type(exc).__name__}: {_kafka_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _spark_log_note(exc: BaseException | None = None) -> str:
+    """" (Spark's log: PATH)" when this process started a JVM that logs to a file (a pipeline run
+    without -v), else "". `exc`'s traceback is appended to that file: nothing is lost by the one line."""
+    quiet = sys.modules.get("rebalancer.pipeline.quiet")
+    path = quiet.jvm_log_file() if quiet is not None else None
+    if path is None:
+        return ""
+    if exc is not None:
+        import traceback
+
+        try:
+            with open(path, "a", encoding="utf-8") as log:
+                log.write("".join(traceback.format_exception(exc)))
+        except OSError:
+            pass  # the line still names the log, which has Spark's side of the failure
+    return f" (Spark's log: {path})"
+
+
+def _spark_errors() -> tuple[type[BaseException], ...]:
+    """PySpark's and Py4J's base errors, if they were imported (as `_client_errors`)."""
+    found: list[type[BaseException]] = []
+    pyspark_errors = sys.modules.get("pyspark.errors")
+    if pyspark_errors is not None:
+        found.append(pyspark_errors.PySparkException)
+    py4j_protocol = sys.modules.get("py4j.protocol")
+    if py4j_protocol is not None:
+        found.append(py4j_protocol.Py4JError)
+    return tuple(found)
 
 
 def _os_error(exc: OSError) -> str:

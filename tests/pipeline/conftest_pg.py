@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.pipeline.sinks.local import LocalPostgres
+from rebalancer.testing.postgres import LocalPostgres
 
 _schemas = itertools.count()
 

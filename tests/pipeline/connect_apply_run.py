@@ -104,10 +104,11 @@ def main(url: str, out: Path) -> None:
     try:
         df = spark.createDataFrame(rows(), "key string, entity string, v double")
         cases = {
-            # partitions=None: the server's default parallelism (its spark.sql.shuffle.partitions).
+            # partitions=None: the server's spark.sql.shuffle.partitions.
             "whole": run_case(out, "whole", df, count_and_sum, SCHEMA, True),
             "split_safe": run_case(
-                out, "split_safe", df, per_entity, PER_ENTITY_SCHEMA, True, partitions=4, split_by="entity"
+                out, "split_safe", df, per_entity, PER_ENTITY_SCHEMA, True, partitions=4, split_by="entity",
+                split_safe=True,
             ),
             "combine": run_case(
                 out, "combine", df, count_and_sum, SCHEMA, False, partitions=4, split_by="entity", combine=merge

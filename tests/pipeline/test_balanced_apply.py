@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pandas as pd
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
-from rebalancer.pipeline import PlanStore, apply, balanced_apply
-from rebalancer.pipeline.apply import (
-    ApplyItem,
-    ApplyPlan,
-    BalancedApply,
-    KeyCost,
-    _count_buckets,
-    plan_keys,
-)
+from rebalancer.pipeline import PlanStore, balanced_apply
+from rebalancer.pipeline.apply import ApplyItem, ApplyPlan, BalancedApply, KeyCost, _call, plan_keys
+from rebalancer.pipeline.apply._plan import count_buckets
 from rebalancer.pipeline.slots import SHARD_BUCKETS
 
 pytestmark = pytest.mark.spark
@@ -130,7 +121,7 @@ def test_a_hot_key_is_split_by_split_by_and_merged_by_combine(spark):
 def test_a_split_keys_bucket_the_counting_missed_is_still_merged_by_combine(spark, monkeypatch):
     # As if the frame changed after the counting job: the hot key's largest bucket was not seen.
     df = _frame(spark, {"hot": 900, **{f"k{i}": 10 for i in range(10)}}).cache()
-    counted = apply._count_buckets
+    counted = count_buckets
     missed: list[int] = []
 
     def count_all_but_one(*args):
@@ -139,7 +130,7 @@ def test_a_split_keys_bucket_the_counting_missed_is_still_merged_by_combine(spar
         missed.append(largest)
         return {key: {b: n for b, n in by.items() if key != ("hot",) or b != largest} for key, by in buckets.items()}
 
-    monkeypatch.setattr(apply, "_count_buckets", count_all_but_one)
+    monkeypatch.setattr(_call, "count_buckets", count_all_but_one)
 
     def merge(partials: pd.DataFrame) -> pd.DataFrame:
         return partials.groupby("key", as_index=False)[["n", "total"]].sum()
@@ -182,9 +173,9 @@ def test_buckets_are_counted_for_the_heavy_keys_only_null_key_included(spark):
     for row in df.groupBy("key", F.pmod(F.hash("entity"), F.lit(SHARD_BUCKETS))).count().collect():
         if row[0] != "b":
             expected.setdefault((row[0],), {})[int(row[1])] = int(row[2])
-    assert _count_buckets(df, ["key"], "entity", [("a",), (None,)]) == expected
+    assert count_buckets(df, ["key"], "entity", [("a",), (None,)]) == expected
     assert sum(expected[("a",)].values()) == 30 and sum(expected[(None,)].values()) == 20
-    assert _count_buckets(df, ["key"], "entity", [("a",)]) == {("a",): expected[("a",)]}
+    assert count_buckets(df, ["key"], "entity", [("a",)]) == {("a",): expected[("a",)]}
 
 
 def test_a_two_argument_func_gets_the_key_and_null_keys_form_one_group(spark):
@@ -357,65 +348,6 @@ def test_wait_per_row(task_rows, waits, rate):
     from rebalancer.pipeline.apply import wait_per_row
 
     assert wait_per_row(task_rows, waits) == pytest.approx(rate)
-
-
-def test_the_task_clock_restarts_when_a_task_unpickles_it(monkeypatch):
-    import pickle
-
-    monkeypatch.setattr(apply, "own_clock", lambda: 100.0)
-    clock = apply.TaskClock()
-    monkeypatch.setattr(apply, "own_clock", lambda: 250.0)
-    assert clock.started == 100.0
-    assert cloudpickle.loads(cloudpickle.dumps(clock)).started == 250.0
-    assert pickle.loads(pickle.dumps(clock)).started == 250.0
-
-
-def test_a_task_begins_once_at_the_clocks_start(monkeypatch):
-    monkeypatch.setattr(apply, "own_clock", lambda: 100.0)
-    clock = apply.TaskClock()
-    assert clock.begin(3, 104.5) == 100.0  # task 3's first call: its time runs from 100
-    assert clock.begin(3, 107.0) is None  # a later call of the same task
-    assert clock.begin(4, 99.0) == 99.0  # never before the call itself
-    assert cloudpickle.loads(cloudpickle.dumps(clock)).begin(3, 200.0) == 100.0  # a new task: afresh
-
-
-def _in_a_new_thread(body: Callable[[], Any]) -> Any:
-    """`body`'s result, run on a thread of its own: the schedstat reader's state is per thread."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(("ok", body()))
-        except BaseException as exc:  # re-raised on the test's thread
-            outcome.append(("error", exc))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    kind, value = outcome[0]
-    if kind == "error":
-        raise value
-    return value
-
-
-def test_the_own_clock_stops_while_the_thread_waits_for_a_cpu(monkeypatch, tmp_path):
-    stat = tmp_path / "schedstat"
-    monkeypatch.setattr(apply, "_SCHEDSTAT", str(stat))
-    monkeypatch.setattr(apply.time, "monotonic", lambda: 1000.0)
-
-    def readings() -> list[tuple[float, float]]:
-        seen = []
-        stat.write_text("5000000000 2500000000 17\n")  # 5 s on a CPU, 2.5 s queued for one
-        seen.append((apply.queued_seconds(), apply.own_clock()))
-        stat.write_text("5100000000 3000000000 18\n")  # the open file is read afresh
-        seen.append((apply.queued_seconds(), apply.own_clock()))
-        stat.write_text("garbled\n")  # a failed read keeps the last value: no jump of 3 s
-        seen.append((apply.queued_seconds(), apply.own_clock()))
-        return seen
-
-    assert _in_a_new_thread(readings) == [(2.5, 997.5), (3.0, 997.0), (3.0, 997.0)]
-    monkeypatch.setattr(apply, "_SCHEDSTAT", str(tmp_path / "absent"))  # no schedstat (not Linux)
-    assert _in_a_new_thread(lambda: (apply.queued_seconds(), apply.own_clock())) == (0.0, 1000.0)
 
 
 def test_every_task_reports_one_wait_before_its_first_call(spark):

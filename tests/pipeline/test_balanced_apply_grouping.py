@@ -19,6 +19,7 @@ from pyspark import cloudpickle
 
 from rebalancer.pipeline import apply as apply_module
 from rebalancer.pipeline import balanced_apply
+from rebalancer.pipeline.apply import _call, _grouped, _lookup, _plan
 
 pytestmark = pytest.mark.spark
 # Spark's Python workers cannot import this test module: its functions travel by value.
@@ -96,13 +97,13 @@ def test_keys_the_plan_never_saw_are_grouped_as_spark_groups_them(spark, conf, m
     expected = ordered(df.groupBy("k", "x").applyInPandas(two_keys, schema).toPandas(), ["n", "total"])
     assert len(expected) == len(keys)
 
-    counted = apply_module._count_keys
+    counted = _plan.count_keys
     seen = {("a", 1.0), ("b", 2.0)}
 
     def count_only_some(*args, **kwargs):
         return {key: rows for key, rows in counted(*args, **kwargs).items() if key in seen}
 
-    monkeypatch.setattr(apply_module, "_count_keys", count_only_some)
+    monkeypatch.setattr(_call, "count_keys", count_only_some)
     result = balanced_apply(df, ["k", "x"], two_keys, schema, partitions=partitions)
     assert {item.key for item in result.plan.owner} == seen
     got = ordered(result.frame.toPandas(), ["n", "total"])
@@ -139,11 +140,11 @@ def test_unplanned_keys_of_one_string_column_run_where_sparks_hash_puts_them(
     schema = "k string, n long, total double, pid int"
     expected = ordered(df.groupBy("k").applyInPandas(one_key_where, schema).toPandas(), ["n"])
 
-    counted = apply_module._count_keys
+    counted = _plan.count_keys
     seen = {("a",), ("c",)}
     monkeypatch.setattr(
-        apply_module,
-        "_count_keys",
+        _call,
+        "count_keys",
         lambda *args: {key: rows for key, rows in counted(*args).items() if key in seen},
     )
     result = balanced_apply(df, "k", one_key_where, schema, partitions=partitions)
@@ -180,7 +181,7 @@ def test_a_collated_string_key_groups_as_its_collation_does(spark):
 def test_a_string_key_uses_the_perfect_hash_up_to_lookup_items(spark, monkeypatch, limit, joined):
     """Five keys: a perfect hash finds their items while LOOKUP_ITEMS allows, a broadcast join
     beyond it; the rows and calls are the same either way."""
-    monkeypatch.setattr(apply_module, "LOOKUP_ITEMS", limit)
+    monkeypatch.setattr(_lookup, "LOOKUP_ITEMS", limit)
     data = [(k, float(i)) for i, k in enumerate(["a", "b", "c", "d", None] * 3)]
     df = spark.createDataFrame(data, "k string, v double")
     schema = "k string, n long, total double, pid int"
@@ -284,7 +285,7 @@ def test_outputs_are_assigned_to_the_schema_as_apply_in_pandas_assigns_them(spar
 
 def test_output_check_unit():
     """The checks in the driver, without Spark: names, order, positions."""
-    check = apply_module.OutputCheck(["key", "n"], by_name=True)
+    check = _grouped.OutputCheck(["key", "n"], by_name=True)
     out = pd.DataFrame({"n": [1], "key": ["a"]})
     assert list(check.conform(out).columns) == ["key", "n"]
     assert list(check.conform(pd.DataFrame([["a", 1]])).columns) == ["key", "n"]
@@ -292,7 +293,7 @@ def test_output_check_unit():
     assert check.conform(empty) is empty
     with pytest.raises(Exception, match=r"Missing: key\. Unexpected: kind\."):
         check.conform(pd.DataFrame({"kind": ["a"], "n": [1]}))
-    by_position = apply_module.OutputCheck(["key", "n"], by_name=False)
+    by_position = _grouped.OutputCheck(["key", "n"], by_name=False)
     assert list(by_position.conform(pd.DataFrame({"a": ["x"], "b": [np.int64(2)]})).columns) == ["key", "n"]
 
 

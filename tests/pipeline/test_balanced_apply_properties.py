@@ -90,7 +90,7 @@ def merge_sums(partials: pd.DataFrame) -> pd.DataFrame:
 
 
 MODES = {
-    # mode: (func, schema, split_by, combine)
+    # mode: (func, schema, split_by, combine); per_entity is split-safe by entity
     "whole": (per_key, WHOLE_SCHEMA, None, None),
     "split": (per_entity, ENTITY_SCHEMA, "entity", None),
     "combine": (per_key, SUMS_SCHEMA, "entity", merge_sums),
@@ -184,7 +184,13 @@ def test_one_exchange_and_every_key_on_its_planned_slot(spark) -> None:
 
     for split_by in (None, "entity"):
         result = balanced_apply(
-            df, "key", where, "key string, entity string, pid int", partitions=partitions, split_by=split_by
+            df,
+            "key",
+            where,
+            "key string, entity string, pid int",
+            partitions=partitions,
+            split_by=split_by,
+            split_safe=True,  # one row per call by design: what this test counts
         )
         out = result.frame.collect()
         found = exchanges(result.frame)
@@ -228,6 +234,7 @@ def test_balanced_apply_equals_apply_in_pandas(spark, mode: str, case: Case) -> 
         partitions=case.partitions,
         split_by=split_by,
         combine=combine,
+        split_safe=split_by is not None and combine is None,
     )
     # 3-row Arrow batches: keys span batches and batches hold several keys, whatever the case.
     batch_rows = spark.conf.get(BATCH_ROWS)

@@ -144,7 +144,8 @@ def test_a_run_with_handlers_writes_each_handlers_output_and_counts_the_unhandle
     # The output as a file: URI this time: the plan stores are still kept, on its local path.
     handlers.write_text(textwrap.dedent(HANDLERS) + '\npipeline.default("metrics")\n')
     as_uri = [out.as_uri() if arg == str(out) else arg for arg in argv]
-    assert main([*as_uri, "--handlers", str(handlers), "--cost", "seconds"]) == 0
+    # --mode append: the rerun adds to the first run's output, whose plan stores hold the seconds measured.
+    assert main([*as_uri, "--handlers", str(handlers), "--cost", "seconds", "--mode", "append"]) == 0
     stored = json.loads((out / "_plans" / "top" / "plan.json").read_text())
     assert stored["cost"] == "seconds" and sum(row["rows"] for row in stored["measured"]) == per_type["metric_0000"]
     again = json.loads((out / "summary.json").read_text())

@@ -170,7 +170,8 @@ def test_cli_group_run_keys_the_sink_by_batch_and_resumes(
     produce_sample(bootstrap, topic, 2_000, seed=5)
     out = tmp_path / "out"
     argv = ["pipeline", "run", "--input", f"kafka://{bootstrap}/{topic}?group={group}", "--output", str(out),
-            "--partitions", "2", "--no-report", "--sink", postgres.url, "--sink-schema", pg_schema]
+            "--partitions", "2", "--no-report", "--sink", postgres.url, "--sink-schema", pg_schema,
+            "--mode", "append"]  # each group run adds its batch_id=N/ to the same output
     assert main(argv) == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kafka_group"] == {"group": group, "batch_id": 0, "start": {"0": 0, "1": 0},

@@ -28,7 +28,9 @@ def runs(spark, dataset, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     weighted = run_batch(spark, spec, root / "weighted", "weighted", PARTITIONS)
     first = read_metrics(root / "weighted" / "metrics")
-    rerun = run_batch(spark, spec, root / "weighted", "weighted", PARTITIONS, report=False)
+    rerun = run_batch(
+        spark, spec, root / "weighted", "weighted", PARTITIONS, report=False, plan_from=root / "weighted" / "plan.json"
+    )
     hashed = run_batch(spark, spec, root / "hash", "hash", PARTITIONS, report=False)
     return {"root": root, "good": good, "weighted": weighted, "first": first, "rerun": rerun, "hash": hashed}
 
@@ -93,8 +95,9 @@ def test_summary_plan_and_report_files(runs):
     # The weighted run lands exactly the planned rows on every task, and beats hash on skew.
     assert summary["task_rows"] == plan["load"]
     assert summary["skew_ratio"] < runs["hash"]["skew_ratio"]
-    # The re-run was sticky: it planned from the first run's owners and moved nothing.
+    # The re-run, asked to reuse the plan, was sticky: it planned from the first run's owners and moved nothing.
     assert runs["rerun"]["task_rows"] == summary["task_rows"]
+    assert runs["rerun"]["plan_reused"]["moved"] == 0 and runs["weighted"]["plan_reused"] is None
     assert [m for m in plan["moves"] if m["from"] >= 0] == []
     report = (out / "report.html").read_text()
     assert report.count("data:image/png;base64,") == 4

@@ -55,7 +55,7 @@ def test_unknown_format_and_bad_flags_exit_2(tmp_path, capsys):
     data.mkdir()
     (data / "x.txt").write_text("ts,type,entity,value\n")
     _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data)], "cannot tell the input format")
-    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--partitions", "0"], "partitions must be >= 1")
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--partitions", "0"], "partitions must be an int >= 1, got 0")
     _fails_cleanly(capsys, ["pipeline", "generate", "--out", str(tmp_path / "g"), "--events", "-1"],
                    "events must be >= 0, got -1")
     with pytest.raises(SystemExit) as exited:  # argparse's own check: exits 2 itself

@@ -19,7 +19,7 @@ from rebalancer.pipeline import session
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.kafka.source import parse_options
 from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
-from rebalancer.pipeline.sinks import local
+from rebalancer.testing import postgres as postgres_server
 
 BASE = {"bootstrap.servers": "h:1", "topic": "t"}
 # What int() takes or isdigit() passes, and a strict parser must not.
@@ -129,8 +129,8 @@ def test_connect_parallelism_settings_are_read_strictly_naming_the_setting(value
 def test_the_newest_postgresql_is_found_by_ascii_version_numbers(monkeypatch):
     """`isdigit()` passed '²' (then int() raised, naming nothing) and read '١٧' as 17."""
     found = [f"/usr/lib/postgresql/{v}/bin/initdb" for v in ("9", "16", "١٧", "²", "latest")]
-    monkeypatch.setattr(local.glob, "glob", lambda pattern: list(found))
-    assert local.server_bindir() == local.Path("/usr/lib/postgresql/16/bin")
+    monkeypatch.setattr(postgres_server.glob, "glob", lambda pattern: list(found))
+    assert postgres_server.server_bindir() == postgres_server.Path("/usr/lib/postgresql/16/bin")
 
 
 @pytest.mark.parametrize("skew", [math.nan, math.inf, -math.inf])

@@ -129,8 +129,9 @@ def test_remote_output_is_written_through_hadoop_and_never_locally(spark, tmp_pa
     for name in ("summary.json", "plan.json"):
         assert (out / f".{name}.crc").exists(), name
     assert json.loads((out / "summary.json").read_text())["accepted"] == first["accepted"] == len(good)
-    # The second run reads the first's plan back through Hadoop and keeps it: nothing moves.
-    run_batch(spark, spec, f"file://{out}", "weighted", 2, report=False)
+    # The second run, asked to, reads the first's plan back through Hadoop and keeps it: nothing moves.
+    second = run_batch(spark, spec, f"file://{out}", "weighted", 2, report=False, plan_from=f"file://{out}")
+    assert second["plan_reused"]["moved"] == 0 and second["plan_reused"]["kept"] > 0
     assert json.loads((out / "plan.json").read_text())["moves"] == []
     with pytest.raises(FileNotFoundError, match=f"input path does not exist: file://{tmp_path}/nowhere"):
         inspect_input(f"file://{tmp_path}/nowhere", spark=spark)

@@ -283,3 +283,93 @@ def test_the_adapter_uses_only_listed_private_names():
     unlisted = {name for name in used if name in private and name not in own} - listed
     assert unlisted == set()
     assert own.isdisjoint(private), "an adapter helper shadows an aiokafka private name"
+
+
+# aiokafka's public surface: the package's `__all__`, and the modules its API reference documents
+# (errors, structs, abc, helpers), each by its own `__all__` (helpers has none: its one documented name).
+PUBLIC_AIOKAFKA: dict[str, frozenset[str]] = {
+    "aiokafka": frozenset(aiokafka.__all__),
+    **{name: frozenset(importlib.import_module(name).__all__) for name in ("aiokafka.errors", "aiokafka.structs", "aiokafka.abc")},
+    "aiokafka.helpers": frozenset({"create_ssl_context"}),
+}  # fmt: skip
+SRC = PRODUCE_DIR.parent
+_IMPORTS_SCRIPT = """
+import ast, json, pathlib, sys
+out = []
+for path in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [[str(path), node.lineno, alias.name, None] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out += [[str(path), node.lineno, node.module, alias.name] for alias in node.names]
+print(json.dumps(out))
+"""
+
+
+def src_imports() -> list[tuple[pathlib.Path, int, str, str | None]]:
+    """(file, line, module, name) of every absolute import under src/rebalancer, function-level ones too.
+
+    ast in a fresh interpreter: CPython 3.11.7's ast.parse can fail spuriously in a process that has
+    seen a RecursionError (see attribute_accesses).
+    """
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _IMPORTS_SCRIPT, str(SRC)], capture_output=True, text=True, check=True)
+    return [(pathlib.Path(p), line, module, name) for p, line, module, name in json.loads(out.stdout)]
+
+
+def non_public_aiokafka_imports(imports: list[tuple[pathlib.Path, int, str, str | None]]) -> list[str]:
+    offenders = []
+    for path, line, module, name in imports:
+        if module != "aiokafka" and not module.startswith("aiokafka."):
+            continue
+        public = module in PUBLIC_AIOKAFKA if name is None else name in PUBLIC_AIOKAFKA.get(module, ())
+        if not public and path.name != "aiokafka_adapter.py":
+            offenders.append(f"{path.relative_to(SRC)}:{line} {module}{'' if name is None else ' ' + name}")
+    return offenders
+
+
+def test_only_the_adapter_imports_aiokafka_beyond_its_public_all():
+    imports = src_imports()
+    assert any(path.name == "producer.py" and module.startswith("aiokafka") for path, _, module, _ in imports)
+    assert non_public_aiokafka_imports(imports) == []
+
+
+def test_the_import_check_catches_a_private_import():
+    fake = [
+        (SRC / "produce" / "producer.py", 3, "aiokafka.producer.transaction_manager", "TransactionManager"),
+        (SRC / "produce" / "producer.py", 4, "aiokafka.util", "INTEGER_MAX_VALUE"),  # in util.__all__, util is not public
+        (SRC / "produce" / "producer.py", 5, "aiokafka", "codec"),
+        (SRC / "produce" / "producer.py", 6, "aiokafka.record.default_records", None),
+        (SRC / "produce" / "producer.py", 7, "aiokafka", "AIOKafkaClient"),
+        (SRC / "produce" / "producer.py", 8, "aiokafka.errors", "KafkaError"),
+        (SRC / "produce" / "aiokafka_adapter.py", 9, "aiokafka.producer.sender", "Sender"),
+    ]
+    assert non_public_aiokafka_imports(fake) == [
+        "produce/producer.py:3 aiokafka.producer.transaction_manager TransactionManager",
+        "produce/producer.py:4 aiokafka.util INTEGER_MAX_VALUE",
+        "produce/producer.py:5 aiokafka codec",
+        "produce/producer.py:6 aiokafka.record.default_records",
+    ]
+
+
+def test_the_adapters_fast_constructors_set_every_attribute_aiokafkas_own_do():
+    """Batch and new_builder set aiokafka's private state directly (a per-message cost when each
+    message is its own batch); an aiokafka that adds state to either constructor fails here."""
+    from rebalancer.produce.aiokafka_adapter import Batch, new_builder
+    from rebalancer.produce.stats import DeliveryCounters
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        theirs_builder, ours_builder = BatchBuilder(1000, 0), new_builder(1000, 0, False)
+        assert vars(theirs_builder).keys() == vars(ours_builder).keys()
+        assert vars(theirs_builder)["_builder"].size() == vars(ours_builder)["_builder"].size()
+        theirs = MessageBatch(TP, theirs_builder, 10.0, 0.0)
+        ours = Batch(TP, ours_builder, 10.0, DeliveryCounters(), loop)
+        assert vars(theirs).keys() <= vars(ours).keys()
+        assert (ours.tp, ours.record_count, ours.retry_count, ours.expired()) == (TP, 0, 0, False)
+        assert not ours.future.done() and ours.future.get_loop() is loop
+
+    run(main())

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.produce import BrokerBatchCollector, CollectorConfig
-from rebalancer.produce.collector import ADAPTIVE_FLOOR_FRACTION, ADAPTIVE_STEP_FRACTION
 
 
 class FakeClock:
@@ -32,7 +31,8 @@ def make(config: dict | None = None) -> tuple[BrokerBatchCollector, FakeClock]:
 def test_defaults_match_the_issue():
     cfg = CollectorConfig.from_dict({})
     assert (cfg.broker_linger_ms, cfg.batch_max_partitions, cfg.batch_max_bytes) == (5.0, -1, -1)
-    assert (cfg.max_request_size, cfg.max_in_flight, cfg.adaptive, cfg.legacy) == (1_048_576, 5, False, False)
+    # message.max.bytes is librdkafka's 1,000,000; max.in.flight stays 5 (docs/produce.md says why)
+    assert (cfg.max_request_size, cfg.max_in_flight, cfg.adaptive, cfg.legacy) == (1_000_000, 5, False, False)
 
 
 def test_unknown_key_lists_valid_keys():
@@ -47,8 +47,8 @@ def test_unknown_key_lists_valid_keys():
         ("broker.linger.ms", None, "broker.linger.ms must be a number of milliseconds, got None"),
         ("broker.linger.ms", True, "broker.linger.ms must be a number of milliseconds, got True"),
         ("broker.linger.ms", -1, "broker.linger.ms must be a finite number >= 0, got -1"),
-        ("broker.batch.max.bytes", -2, r"broker.batch.max.bytes must be >= 1 \(or -1 for off\), got -2"),
-        ("broker.batch.max.partitions", 0, r"broker.batch.max.partitions must be >= 1 \(or -1 for off\), got 0"),
+        ("broker.batch.max.bytes", "x", "broker.batch.max.bytes must be an integer, got 'x'"),
+        ("broker.batch.max.partitions", 1.5, "broker.batch.max.partitions must be an integer, got 1.5"),
         ("max.request.size", -5, "max.request.size must be >= 1, got -5"),
         ("max.in.flight.requests.per.connection", 0, "max.in.flight.requests.per.connection must be >= 1, got 0"),
         ("broker.adaptive", "maybe", "broker.adaptive must be true or false, got 'maybe'"),
@@ -293,6 +293,80 @@ def test_partition_in_flight_is_not_sent_again_until_complete():
     assert second.partitions == ("a",) and second.reason == "flush"
 
 
+def test_a_partition_in_flight_waits_one_rtt_not_a_fresh_window():
+    """C15: no message waits longer than broker.linger.ms plus one RTT, even when its partition has a
+    request in flight (the fork restarted the window for it: linger + RTT + linger)."""
+    c, clock = make({"broker.linger.ms": 100})
+    c.add(1, "a", 10)
+    clock.advance(100)
+    (first,) = c.poll()  # t=100: a in flight
+    clock.advance(10)
+    c.add(1, "a", 10)  # t=110: a new message for a, which has a request in flight
+    assert c.next_deadline() is None  # it joins the window when the response frees a
+    clock.advance(100)  # t=210: its linger has passed, a is still in flight
+    assert c.poll() == [] and c.next_deadline() is None
+    clock.advance(30)
+    assert c.add(1, "b", 10) is True  # t=240: another partition opens a window
+    assert c.next_deadline() == pytest.approx(clock.now + 0.100)
+    c.complete(first, rtt_ms=140)  # a rejoins as of t=110: the window is due now
+    (second,) = c.poll()  # at once: linger + the rest of one RTT
+    assert second.partitions == ("a", "b") and second.reason == "broker_linger"
+    assert second.wait_ms == pytest.approx(130.0)
+    c.complete(second, rtt_ms=1)
+    assert c.pending() == 0 and c.next_deadline() is None
+
+
+def test_a_partition_added_while_its_broker_waits_on_one_in_flight_goes_at_its_own_linger():
+    c, clock = make({"broker.linger.ms": 100})
+    c.add(1, "a", 10)
+    clock.advance(100)
+    (first,) = c.poll()  # t=100: a in flight
+    c.add(1, "a", 10)
+    clock.advance(100)  # t=200: a's second message is due, a still in flight
+    assert c.poll() == [] and c.next_deadline() is None
+    clock.advance(20)
+    c.add(1, "b", 10)  # t=220: b must not wait for a's response (which may take request.timeout.ms)
+    assert c.next_deadline() == pytest.approx(clock.now + 0.100)
+    clock.advance(100)
+    (second,) = c.poll()  # t=320: b at its own linger; a still waits for its response
+    assert second.partitions == ("b",) and second.wait_ms == pytest.approx(100.0)
+    c.complete(first, rtt_ms=220)
+    (third,) = c.poll()
+    assert third.partitions == ("a",)
+
+
+def test_data_left_behind_by_a_send_keeps_its_add_time():
+    c, clock = make({"broker.linger.ms": 100})
+    c.add(1, "a", 10)
+    clock.advance(100)
+    (first,) = c.poll()  # t=100: a in flight
+    clock.advance(10)
+    c.add(1, "a", 10)  # t=110: a's next message
+    clock.advance(40)
+    c.add(1, "b", 10)  # t=150: b opens the window; a's message does not shorten it
+    assert c.next_deadline() == pytest.approx(clock.now + 0.100)
+    clock.advance(100)  # t=250
+    (second,) = c.poll()
+    assert second.partitions == ("b",) and second.wait_ms == pytest.approx(100.0)
+    clock.advance(10)
+    c.complete(first, rtt_ms=160)  # t=260: a's request is back; its message is 150 ms old
+    (third,) = c.poll()
+    assert third.partitions == ("a",) and third.wait_ms == pytest.approx(150.0)
+
+
+@pytest.mark.parametrize("off", [0, -1, -5, "0", " -2 "])
+def test_thresholds_at_or_below_zero_are_off(off):
+    """C6: the seed applies broker.batch.max.partitions and broker.batch.max.bytes "if > 0"."""
+    c, clock = make({"broker.linger.ms": 10, "broker.batch.max.partitions": off, "broker.batch.max.bytes": off})
+    assert (c.config.batch_max_partitions, c.config.batch_max_bytes) == (-1, -1)
+    for p in range(50):
+        c.add(1, f"p{p}", 1000)
+    assert c.poll() == []  # neither the partition count nor the bytes send early
+    clock.advance(10)
+    (send,) = c.poll()
+    assert send.reason == "broker_linger" and len(send.partitions) == 50
+
+
 def test_complete_twice_raises():
     c, _ = make({"broker.linger.ms": 0})
     c.add(1, "a", 1)
@@ -333,10 +407,7 @@ def test_legacy_mode_lingers_per_partition():
 
 
 # -- adaptive mode ---------------------------------------------------------------------------------
-def test_adaptive_aimd_halves_on_congestion_and_recovers_additively():
-    c, clock = make({"broker.linger.ms": 320, "broker.adaptive": True})
-    linger = 320.0
-
+def adaptive_roundtrips(c: BrokerBatchCollector, clock: FakeClock):
     def roundtrip(rtt_ms: float, ok: bool = True) -> None:
         c.add(1, "a", 10)
         c.set_flushing(True)
@@ -345,23 +416,57 @@ def test_adaptive_aimd_halves_on_congestion_and_recovers_additively():
         clock.advance(rtt_ms)
         c.complete(send, rtt_ms=rtt_ms, ok=ok)
 
+    return roundtrip
+
+
+def test_adaptive_is_the_seeds_aimd_on_max_wait_and_min_partitions():
+    """C23/C24: halve both on congestion, +1 ms and +10 partitions when healthy, within the seed's bounds."""
+    c, clock = make({"broker.linger.ms": 80, "broker.adaptive": True})
+    roundtrip = adaptive_roundtrips(c, clock)
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (80.0, 1000)  # start at the caps
     for _ in range(5):
         roundtrip(10)
-    assert c.effective_linger_ms(1) == linger
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (80.0, 1000)
     roundtrip(200)  # ema 10 + 190/8 = 33.75 > 1.5 * 10 + 5 ms slack: congested
-    assert c.effective_linger_ms(1) == linger / 2
-    for _ in range(20):
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (40.0, 500)
+    for _ in range(30):
         roundtrip(200)
-    floor = linger * ADAPTIVE_FLOOR_FRACTION
-    assert c.effective_linger_ms(1) == floor  # bounded below
-    for _ in range(60):  # the EMA decays back towards the 10 ms baseline
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (1.0, 1)  # the seed's floors
+    while c.stats()["adaptive_increases"] == 0:  # the EMA decays back towards the 10 ms baseline
+        assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (1.0, 1)
         roundtrip(10)
-    assert c.effective_linger_ms(1) == linger  # bounded above by broker.linger.ms
-    before = c.stats()["adaptive_increases"]
-    assert before >= (linger - floor) / (linger * ADAPTIVE_STEP_FRACTION) - 1
-    # the next window uses the effective linger
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (2.0, 11)  # +1 ms, +10
+    for _ in range(200):
+        roundtrip(10)
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (80.0, 1000)  # capped again
+    # the next window uses the effective max wait
     c.add(1, "b", 10)
-    assert c.next_deadline() == pytest.approx(clock.now + linger / 1000)
+    assert c.next_deadline() == pytest.approx(clock.now + 0.080)
+    assert c.stats()["effective_min_partitions"] == {1: 1000}
+    assert c.broker_stats(1)["batch_collector_effective_min_partitions"] == 1000
+
+
+def test_adaptive_max_wait_is_capped_at_the_seeds_100_ms_and_min_partitions_at_the_configured_cap():
+    c, clock = make({"broker.linger.ms": 500, "broker.batch.max.partitions": 40, "broker.adaptive": True})
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (100.0, 40)
+    roundtrip = adaptive_roundtrips(c, clock)
+    roundtrip(10)
+    roundtrip(400, ok=False)  # a failed request is congestion whatever the RTT
+    assert (c.effective_linger_ms(1), c.effective_min_partitions(1)) == (50.0, 20)
+
+
+def test_adaptive_min_partitions_sends_early():
+    c, clock = make({"broker.linger.ms": 50, "broker.batch.max.partitions": 8, "broker.adaptive": True})
+    roundtrip = adaptive_roundtrips(c, clock)
+    roundtrip(10)
+    roundtrip(10, ok=False)  # min partitions 8 -> 4
+    assert c.effective_min_partitions(1) == 4
+    for p in range(3):
+        assert c.add(1, f"p{p}", 10) is (p == 0)  # only the window's first add asks for a poll
+    assert c.poll() == []
+    assert c.add(1, "p3", 10) is True  # the fourth partition reaches the effective min partitions
+    (send,) = c.poll()
+    assert send.reason == "max_partitions" and len(send.partitions) == 4
 
 
 def test_adaptive_decreases_at_most_once_per_rtt():
@@ -376,7 +481,7 @@ def test_adaptive_decreases_at_most_once_per_rtt():
     clock.advance(1)
     for send in sends[1:]:  # four congested responses arriving within one RTT
         c.complete(send, rtt_ms=500, ok=False)
-    assert c.effective_linger_ms(1) == 200.0
+    assert c.effective_linger_ms(1) == 50.0  # 400 ms capped at the seed's 100 ms, halved once
     assert c.stats()["adaptive_decreases"] == 1
 
 
@@ -387,6 +492,42 @@ def test_adaptive_off_ignores_rtt():
     (send,) = c.poll()
     c.complete(send, rtt_ms=10_000, ok=False)
     assert c.effective_linger_ms(1) == 100.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "add", "tick", "complete"]), st.integers(0, 7), st.integers(1, 150)),
+        max_size=100,
+    )
+)
+def test_no_message_waits_past_the_linger_unless_its_partition_is_in_flight(ops):
+    """C15 as a property: after each poll (the driver polls at every deadline and every response), no
+    partition without a request in flight holds data older than broker.linger.ms."""
+    linger_ms = 50
+    c, clock = make({"broker.linger.ms": linger_ms, "max.in.flight.requests.per.connection": 1000})
+    added: dict[str, float] = {}  # partition -> when its oldest unsent data arrived
+    in_flight: list = []
+    for op, n, ms in ops:
+        partition = f"p{n}"
+        if op == "add":
+            c.add(1, partition, 10)
+            added.setdefault(partition, clock.now)
+        elif op == "tick":
+            deadline = c.next_deadline()
+            if deadline is not None and deadline < clock.now + ms / 1000:
+                clock.now = deadline  # the driver's timer fires at the deadline
+            else:
+                clock.advance(ms)
+        elif in_flight:
+            c.complete(in_flight.pop(n % len(in_flight)))
+        for send in c.poll():
+            for p in send.partitions:
+                del added[p]
+            in_flight.append(send)
+        busy = {p for send in in_flight for p in send.partitions}
+        waited = {p: (clock.now - t) * 1000 for p, t in added.items() if p not in busy}
+        assert all(ms_waited < linger_ms for ms_waited in waited.values()), waited
 
 
 # -- invariants under random operation sequences ---------------------------------------------------

@@ -12,7 +12,8 @@ pytestmark = pytest.mark.kafka
 def test_demo_runs_and_reports_broker_counted_requests(capsys):
     assert main(["produce", "demo", "--messages", "3000", "--partitions", "30", "--rate", "100000", "--linger-ms", "50"]) == 0
     out = capsys.readouterr().out
-    assert "ProduceRequests (broker-counted)" in out and "3,001" in out  # acked: warm-up + 3000
+    assert "ProduceRequests (counted by the brokers)" in out and "3,001" in out  # acked: warm-up + 3000
+    assert "send-to-ack latency p99 (ms)" in out and "triggers_by_reason" not in out  # units, no bare keys
 
 
 def test_demo_bad_flag_is_a_usage_error(capsys):

@@ -68,11 +68,18 @@ def test_a_malformed_number_is_refused_naming_the_key_and_value(
         ("max.request.size", "+2048", 2048),  # strtol's optional sign
         ("broker.batch.max.bytes", "-1", -1),
         ("broker.batch.max.bytes", "\t-1 ", -1),
+        ("broker.batch.max.bytes", "0", -1),  # C6: <= 0 is off, as the seed's "if > 0"
+        ("broker.batch.max.bytes", -7, -1),
+        ("message.max.bytes", "2048", 2048),
         ("max.request.size", 2048.0, 2048),
     ],
 )
 def test_a_well_formed_int_is_taken(key: str, value: object, expected: int) -> None:
-    field = {"max.request.size": "max_request_size", "broker.batch.max.bytes": "batch_max_bytes"}[key]
+    field = {
+        "max.request.size": "max_request_size",
+        "message.max.bytes": "max_request_size",
+        "broker.batch.max.bytes": "batch_max_bytes",
+    }[key]
     assert getattr(CollectorConfig.from_dict({key: value}), field) == expected
 
 
@@ -89,10 +96,11 @@ def test_a_well_formed_ms_is_taken(value: object, expected: float) -> None:
 @example("--5")
 @example("٣")
 def test_int_keys_follow_the_decimal_grammar(text: str) -> None:
-    """Model: after dropping ASCII whitespace, `^[+-]?[0-9]+$`; then the key's range (>= 1 or -1)."""
+    """Model: after dropping ASCII whitespace, `^[+-]?[0-9]+$`; then >= 1 as is, and <= 0 is off (-1):
+    the seed applies its thresholds "if > 0"."""
     body = text.strip(ASCII_WHITESPACE)
-    if re.fullmatch(r"[+-]?[0-9]+", body) and (int(body) >= 1 or int(body) == -1):
-        assert parse_int("k.k", text, minimum=1, allow_off=True) == int(body)
+    if re.fullmatch(r"[+-]?[0-9]+", body):
+        assert parse_int("k.k", text, minimum=1, allow_off=True) == (int(body) if int(body) >= 1 else -1)
     else:
         with pytest.raises(ValueError, match=r"^k\.k must be "):
             parse_int("k.k", text, minimum=1, allow_off=True)

@@ -65,7 +65,9 @@ def test_unknown_key_raises_listing_valid_keys():
     ("config", "message"),
     [
         ({"broker.linger.ms": "half a second"}, "broker.linger.ms must be a number of milliseconds"),
-        ({"broker.batch.max.bytes": -10}, "broker.batch.max.bytes must be >= 1"),
+        ({"broker.batch.max.bytes": "-10x"}, "broker.batch.max.bytes must be an integer, got '-10x'"),
+        ({"message.max.bytes": 0}, "message.max.bytes must be >= 1, got 0"),
+        ({"message.max.bytes": 5000, "max.request.size": 5000}, "message.max.bytes and max.request.size"),
         ({"max.request.size": -1}, "max.request.size must be >= 1"),
         ({"batch.size": 0}, "batch.size must be >= 1"),
         ({"queue.buffering.max.messages": -1}, "queue.buffering.max.messages must be >= 1, got -1"),
@@ -114,23 +116,27 @@ def test_every_message_is_acked_with_its_offset(cluster: MockKafkaCluster, new_t
     assert stats["in_flight"] == 0 and stats["latency_ms_p99"] > 0
 
 
-def test_keys_pick_stable_partitions_and_random_spreads(cluster: MockKafkaCluster, new_topic):
+def test_keys_pick_stable_partitions_and_keyless_messages_stick(cluster: MockKafkaCluster, new_topic):
     topic = new_topic(12)
 
-    async def main():
-        async with BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+    async def main(config):
+        async with BatchingProducer({"bootstrap.servers": cluster.bootstrap_servers, **config}) as p:
             keyed = [await p.send(topic, b"v", key=b"user-42") for _ in range(20)]
-            spread = [await p.send(topic, b"v") for _ in range(600)]
+            keyless = [await p.send(topic, b"v") for _ in range(600)]
             await p.flush()
             with pytest.raises(ValueError, match="partition must be one of"):
                 await p.send(topic, b"v", partition=12)
             with pytest.raises(ValueError, match="a message needs a key or a value"):
                 await p.send(topic, None)
-        return [f.result()[0] for f in keyed], {f.result()[0] for f in spread}
+        return [f.result()[0] for f in keyed], [f.result()[0] for f in keyless]
 
-    keyed, spread = run(main())
-    assert len(set(keyed)) == 1
-    assert spread == set(range(12))
+    # Nothing is sent before flush() and the sticky linger never passes: one partition takes all.
+    quiet = {"broker.linger.ms": 600_000, "sticky.partitioning.linger.ms": 600_000}
+    keyed, keyless = run(main(quiet))
+    assert set(keyed) == {7}  # zlib.crc32(b"user-42") % 12, librdkafka's consistent_random
+    assert len(set(keyless)) == 1
+    _, spread = run(main({**quiet, "partitioner": "random"}))
+    assert set(spread) == set(range(12))
 
 
 def test_flush_sends_now_not_at_linger(cluster: MockKafkaCluster, new_topic):

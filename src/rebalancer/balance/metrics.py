@@ -1,8 +1,54 @@
-"""Load metrics shared by the planners, the queue's reports and the benchmarks."""
+"""Load metrics shared by the planners, the queue's reports, the pipeline, shedding and the benchmarks.
+
+One vocabulary for imbalance, so every package names the same figure the same way:
+`max_over_mean` (what a bottleneck worker costs), `max_over_median` (a straggler against the
+typical task, the pipeline's skew) and `spread` (max - min, the shedding simulator's usage gap).
+"""
 
 from __future__ import annotations
 
-from rebalancer.balance._checks import ArrayLike, check_capacity, check_values, check_workers
+import statistics
+
+import numpy as np
+
+from rebalancer.balance._checks import (
+    ArrayLike,
+    check_capacity,
+    check_fixed_load,
+    check_values,
+    check_workers,
+)
+
+
+def max_over_mean(loads: ArrayLike) -> float:
+    """Max over mean load; 1.0 for no load at all (nothing is waiting on a busiest worker)."""
+    values = check_values("loads", loads).tolist()
+    total = sum(values)
+    if not values or total <= 0:
+        return 1.0
+    return max(values) * len(values) / total
+
+
+def max_over_median(loads: ArrayLike, ndigits: int | None = None) -> float | None:
+    """Max over median load; None when there is no load or the median worker is idle (no finite ratio).
+
+    The median, unlike the mean, is not pulled up by the straggler itself: the figure Spark's
+    skewed tasks are judged by. `ndigits` rounds the result.
+    """
+    values = check_values("loads", loads).tolist()
+    if not values:
+        return None
+    median = statistics.median(values)
+    if median <= 0:
+        return None
+    ratio = max(values) / median
+    return ratio if ndigits is None else round(ratio, ndigits)
+
+
+def spread(loads: ArrayLike) -> float:
+    """Max minus min load, in the loads' own unit (0.0 for none): an absolute gap, not a ratio."""
+    values = check_values("loads", loads).tolist()
+    return float(max(values) - min(values)) if values else 0.0
 
 
 def imbalance(loads: ArrayLike, capacity: ArrayLike | None = None) -> float:
@@ -21,22 +67,44 @@ def imbalance(loads: ArrayLike, capacity: ArrayLike | None = None) -> float:
     if total <= 0:
         return 1.0
     if speed is None:
-        return max(values.tolist()) * values.size / total
+        return max_over_mean(values)
     return float((values / speed).max()) * float(speed.sum()) / total
 
 
-def lower_bound(throughput: ArrayLike, workers: int, capacity: ArrayLike | None = None) -> int | float:
+def lower_bound(
+    throughput: ArrayLike,
+    workers: int,
+    capacity: ArrayLike | None = None,
+    fixed_load: ArrayLike | None = None,
+) -> int | float:
     """No assignment can have a max worker load below `max(largest partition, total / workers)`.
 
     With `capacity` the objective is the max finish time `load_w / capacity_w`, and the bound is
-    `max(total / Σcapacity, largest / max capacity)`. Integer loads stay exact (Python ints).
+    `max(total / Σcapacity, largest / max capacity)`; with `fixed_load` (load that cannot move) also
+    the fixed load alone, and the largest partition where it ends soonest. Integer loads without
+    capacity or fixed load stay exact (Python ints).
     """
     workers = check_workers(workers)
     values = check_values("throughput", throughput)
     speed = check_capacity(capacity, workers) if capacity is not None else None
-    if values.size == 0:
-        return 0.0
-    largest, total = max(values.tolist()), sum(values.tolist())
-    if speed is None:
+    fixed = check_fixed_load(fixed_load, workers) if fixed_load is not None else None
+    if speed is None and fixed is None:
+        if values.size == 0:
+            return 0.0
+        largest, total = max(values.tolist()), sum(values.tolist())
         return max(largest, total / workers)
-    return max(total / float(speed.sum()), largest / float(speed.max()))
+    return makespan_bound(
+        values,
+        speed if speed is not None else np.ones(workers),
+        fixed if fixed is not None else np.zeros(workers),
+    )
+
+
+def makespan_bound(t: np.ndarray, speed: np.ndarray, fixed: np.ndarray) -> float:
+    """`lower_bound` on arrays already checked (the planners' hot path): the fluid split of all load,
+    the largest partition on the worker where it ends soonest, and the fixed load alone."""
+    total = float(t.sum()) + float(fixed.sum())
+    bound = max(total / float(speed.sum()), float((fixed / speed).max()))
+    if t.size:
+        bound = max(bound, float(((fixed + float(t.max())) / speed).min()))
+    return bound

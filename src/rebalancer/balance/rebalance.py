@@ -19,9 +19,10 @@ from rebalancer.balance._inputs import (
     worker_loads,
 )
 from rebalancer.balance.lpt import lpt_owner
+from rebalancer.balance.metrics import makespan_bound
 from rebalancer.balance.plan import Plan
 from rebalancer.balance.refine import Assignment, best_target, match_labels, multifit, send_home
-from rebalancer.balance.uniform import place_unowned_by_finish, uniform_bound, uniform_candidates
+from rebalancer.balance.uniform import place_unowned_by_finish, uniform_candidates
 
 # Local-search steps allowed per worker. Enough to fix a skewed assignment of any size (each
 # step moves about half the gap between the heaviest and lightest worker), small enough that
@@ -225,7 +226,7 @@ def _plan_uniform(
     if reason is not None:
         return make_plan(inputs, keep, load_before, reason)
     keep_top = max(load / s for load, s in zip(loads, speeds, strict=True))
-    bound = uniform_bound(t, speed, fixed)
+    bound = makespan_bound(t, speed, fixed)
     slack = QUALITY_TOLERANCE * bound
     target = bound + slack
     if keep_top <= target:

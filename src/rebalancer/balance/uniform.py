@@ -20,16 +20,6 @@ from rebalancer.balance.refine import match_labels, send_home
 STEPS_PER_WORKER = 64
 
 
-def uniform_bound(t: np.ndarray, speed: np.ndarray, fixed: np.ndarray) -> float:
-    """No assignment finishes before this: the fluid split of all load, the largest partition on the
-    worker where it ends soonest, and the fixed load alone."""
-    total = float(t.sum()) + float(fixed.sum())
-    bound = max(total / float(speed.sum()), float((fixed / speed).max()))
-    if t.size:
-        bound = max(bound, float(((fixed + float(t.max())) / speed).min()))
-    return bound
-
-
 def earliest_finish(values: list, loads: list, speed: list) -> list[int]:
     """Give each value, in order, to the worker that would finish it soonest (ties: lowest index).
 

@@ -196,28 +196,37 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_items, print_wrapped
 
     config = DemoConfig(
         args.partitions, args.flows, args.rebalance_delay, args.max_handoff_time, args.unacked, args.ack_after
     )
     steps, pq = replay(config)
-    console = Console(highlight=False)
-    console.print(
-        f"[bold]{config.partitions} partitions, {config.flows} consumer flows, then one more[/] "
-        f"(rebalance delay {config.rebalance_delay_s:g} s, max handoff time {config.max_handoff_time_s:g} s)"
+    console = make_console()
+    # Lines wrap at the console's width at spaces, each continuation indented under its own line.
+    print_wrapped(
+        console,
+        f"{config.partitions} partitions, {config.flows} consumer flows, then one more "
+        f"(rebalance delay {config.rebalance_delay_s:g} s, max handoff time {config.max_handoff_time_s:g} s)",
+        hang="  ",
     )
+    indent = " " * 10
     for step in steps:
-        console.print(f"\n[bold]{step.at:>6g} s  {step.action}[/]")
+        console.print()
+        print_wrapped(console, f"{step.at:>6g} s  {step.action}", hang=indent, style="bold")
         for event in step.events:
             at = "" if event.at == step.at else f"(at {event.at:g} s) "
-            console.print(f"          {at}{describe(event)}")
-        owners = "  ".join(f"{flow} {parts}" for flow, parts in step.assignment.items())
-        console.print(f"          [dim]now {step.status}: {owners}[/]")
+            print_wrapped(console, f"{at}{describe(event)}", indent=indent, hang=indent + "  ")
+        owners = [f"{flow} {parts}" for flow, parts in step.assignment.items()]
+        print_items(console, f"now {step.status}: ", owners, indent, style="dim")
     counts = sorted((len(parts) for parts in pq.assignment.values()), reverse=True)
     plural = "s" if pq.handoff_count != 1 else ""
-    console.print(
-        f"\nbalanced: {'/'.join(map(str, counts))} partitions per flow after {pq.handoff_count} "
-        f"handoff{plural}; standby flows: {', '.join(map(str, pq.standby)) or 'none'}"
+    console.print()
+    print_wrapped(
+        console,
+        f"balanced: {'/'.join(map(str, counts))} partitions per flow after {pq.handoff_count} "
+        f"handoff{plural}; standby flows: {', '.join(map(str, pq.standby)) or 'none'}",
+        hang="  ",
     )
     return 0

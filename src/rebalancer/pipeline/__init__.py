@@ -15,6 +15,7 @@ require_extra("rebalancer.pipeline", "spark")
 if TYPE_CHECKING:
     from rebalancer.pipeline.apply import ApplyPlan, BalancedApply, PlanStore, TaskStats, balanced_apply
     from rebalancer.pipeline.framework import Pipeline
+    from rebalancer.pipeline.runner import RunRequest, RunSummary, run
 
 _PUBLIC = {
     "ApplyPlan": "rebalancer.pipeline.apply",
@@ -23,8 +24,21 @@ _PUBLIC = {
     "TaskStats": "rebalancer.pipeline.apply",
     "balanced_apply": "rebalancer.pipeline.apply",
     "Pipeline": "rebalancer.pipeline.framework",
+    "RunRequest": "rebalancer.pipeline.runner",
+    "RunSummary": "rebalancer.pipeline.runner",
+    "run": "rebalancer.pipeline.runner",
 }
-__all__ = ["ApplyPlan", "BalancedApply", "Pipeline", "PlanStore", "TaskStats", "balanced_apply"]
+__all__ = [
+    "ApplyPlan",
+    "BalancedApply",
+    "Pipeline",
+    "PlanStore",
+    "RunRequest",
+    "RunSummary",
+    "TaskStats",
+    "balanced_apply",
+    "run",
+]
 
 
 def __getattr__(name: str) -> Any:

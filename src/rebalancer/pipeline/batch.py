@@ -4,110 +4,50 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer import __version__
-from rebalancer.pipeline.dispatch import PARTITIONINGS, dispatch
-from rebalancer.pipeline.framework import route_types, run_handlers
-from rebalancer.pipeline.ingest import (
-    REASONS,
-    InputSpec,
-    accepted_rows,
-    cacheable_rows,
-    check_output,
-    classify,
-    input_name,
-    quarantine_rows,
-    read_raw,
+from rebalancer.balance.metrics import max_over_median
+from rebalancer.pipeline.contract import SKEW_DIGITS
+from rebalancer.pipeline.core import (  # re-exported: callers import them from here
+    InputCounts,
+    PassTarget,
+    Progress,
+    builtin_calls,
+    count_input,
+    run_pass,
 )
-from rebalancer.pipeline.paths import OutputPath, output_path
+from rebalancer.pipeline.dispatch import PARTITIONINGS
+from rebalancer.pipeline.ingest import InputSpec, check_output, read_raw
+from rebalancer.pipeline.paths import OutputPath, output_path, write_json
 from rebalancer.pipeline.session import default_parallelism, pipeline_conf, spark_error_reason
-from rebalancer.pipeline.slots import (
-    SHARD_BUCKETS,
-    Item,
-    SlotPlan,
-    hash_plan,
-    items_from_json,
-    make_plan,
-    plan_items,
-)
+from rebalancer.pipeline.slots import Item, SlotPlan, hash_plan, items_from_json, make_plan, plan_items
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline.framework import Pipeline
+    from rebalancer.pipeline.contract import Input
+    from rebalancer.pipeline.framework import Pipeline, Routing
     from rebalancer.pipeline.kafka.telemetry import GroupRead
     from rebalancer.pipeline.sinks import PostgresSink
 
+__all__ = [
+    "InputCounts",
+    "builtin_calls",
+    "count_input",
+    "load_plan",
+    "load_previous_plan",
+    "load_previous_summary",
+    "run_batch",
+    "write_json",
+]
+
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class InputCounts:
-    """The cheap first pass: reconciliation counts and per-type (and per-shard) volumes."""
-
-    ingested: int = 0
-    accepted: int = 0
-    quarantined: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-    type_counts: dict[str, int] = field(default_factory=dict)
-    bucket_counts: dict[tuple[str, int], int] = field(default_factory=dict)
-    hash_slots: dict[str, int] = field(default_factory=dict)
-
-
-def count_input(classified: DataFrame, partitions: int) -> InputCounts:
-    """One small aggregation over the classified rows gives every count the run needs."""
-    from pyspark.sql import functions as F
-
-    good = F.col("reason").isNull()
-    type_text = F.col("type").cast("string")
-    rows = (
-        classified.groupBy(
-            F.col("reason"),
-            F.when(good, type_text).alias("t"),
-            F.when(good, F.pmod(F.hash(F.col("entity").cast("string")), F.lit(SHARD_BUCKETS))).alias("b"),
-            F.when(good, F.pmod(F.hash(type_text), F.lit(partitions))).alias("h"),
-        )
-        .count()
-        .collect()
-    )
-    counts = InputCounts()
-    for reason, type_name, bucket, hash_slot, count in rows:
-        counts.ingested += count
-        if reason is not None:
-            counts.quarantined += count
-            counts.reasons[reason] = counts.reasons.get(reason, 0) + count
-            continue
-        counts.accepted += count
-        counts.type_counts[type_name] = counts.type_counts.get(type_name, 0) + count
-        counts.bucket_counts[(type_name, int(bucket))] = count
-        counts.hash_slots[type_name] = int(hash_slot)
-    counts.reasons = {reason: counts.reasons[reason] for reason in REASONS if reason in counts.reasons}
-    return counts
-
-
-def skew_ratio(values: list[int] | list[float]) -> float | None:
-    """max/median over all tasks; None when the median task is empty."""
-    if not values:
-        return None
-    median = statistics.median(values)
-    return round(max(values) / median, 4) if median > 0 else None
-
-
-def builtin_calls(partitioning: str, plan: SlotPlan) -> int:
-    """Calls of the built-in handler: one per type with hash, one per non-empty slot when weighted."""
-    if partitioning == "hash":
-        return sum(1 for rows in plan.counts.values() if rows > 0)
-    return sum(1 for load in plan.load_after if load > 0)
-
 
 _ABSENT = object()  # no file at all: a first run, not a damaged one
 
@@ -157,6 +97,47 @@ def load_previous_plan(out: OutputPath, partitions: int) -> dict[Item, int] | No
         return None
 
 
+@dataclass(frozen=True)
+class ReusedPlan:
+    """A plan asked for with `plan_from`: where it came from and its item -> slot map."""
+
+    source: str
+    owner: dict[Item, int]
+
+    def outcome(self, plan: SlotPlan) -> dict[str, Any]:
+        """summary.json's `plan_reused`: the items this run kept on their slot, and those it moved."""
+        kept = sum(1 for item, slot in plan.owner.items() if self.owner.get(item) == slot)
+        moved = sum(1 for item, slot in plan.owner.items() if item in self.owner and self.owner[item] != slot)
+        return {"from": self.source, "kept": kept, "moved": moved}
+
+
+def load_plan(source: str | Path, partitions: int, spark: SparkSession | None = None) -> ReusedPlan:
+    """The plan of `source` (a plan.json, or a run's output directory holding one), asked for
+    explicitly: anything that keeps it from being used is a ValueError naming the file, never a
+    silent fresh plan. A remote URI is read through `spark`'s Hadoop FileSystem."""
+    path = output_path(source, spark)
+    if path.is_dir():
+        path = path / "plan.json"
+    saved, problem = _read_previous(path)
+    if saved is _ABSENT:
+        raise ValueError(f"plan-from: no such file: {path}")
+    if problem is None and not isinstance(saved, dict):
+        problem = f"expected a JSON object, got {type(saved).__name__}"
+    if problem is not None:
+        raise ValueError(f"plan-from: {path} cannot be used: {' '.join(problem.split())}")
+    if saved.get("partitions") != partitions:
+        raise ValueError(
+            f"plan-from: {path} was made for {saved.get('partitions')} partitions, this run has {partitions}"
+        )
+    items = saved.get("items")
+    try:
+        if not isinstance(items, list) or not all(isinstance(row, dict) for row in items):
+            raise TypeError("its items are not a list of objects")
+        return ReusedPlan(str(source), items_from_json(items))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"plan-from: {path} cannot be used: {type(exc).__name__}: {exc}") from None
+
+
 def load_previous_summary(out: OutputPath) -> dict[str, Any] | None:
     """The previous run's summary, for the report's comparison; a damaged one gets one warning."""
     path = out / "summary.json"
@@ -190,8 +171,8 @@ def build_plan(
     return make_plan(items, sharded, partitions, previous=previous, group_cost=group_cost, shard_of=shard_of)
 
 
-def _spark_error(exc: Exception, spec: InputSpec) -> ValueError:
-    return ValueError(f"cannot read input {input_name(spec)}: {spark_error_reason(exc)}")
+def _spark_error(exc: Exception, spec: InputSpec | Input) -> ValueError:
+    return ValueError(f"cannot read input {spec.describe()}: {spark_error_reason(exc)}")
 
 
 # Called between the outputs' commit and the group's offset commit: tests make it raise, to show
@@ -199,17 +180,12 @@ def _spark_error(exc: Exception, spec: InputSpec) -> ValueError:
 before_offset_commit: Callable[[], None] | None = None
 
 
-def _plan_group(spec: InputSpec) -> GroupRead | None:
+def _plan_group(spec: InputSpec | Input) -> GroupRead | None:
     """A `kafka://…?group=NAME` input's range, from the group's committed offsets; None otherwise."""
-    if spec.format != "kafka":
-        return None
-    from rebalancer.pipeline.kafka.telemetry import KafkaInput, plan_group_run
-
-    assert isinstance(spec, KafkaInput)
     try:
-        return plan_group_run(spec)
+        return spec.group_run()
     except RuntimeError as exc:
-        raise ValueError(f"cannot read input {input_name(spec)}: {exc}") from None
+        raise ValueError(f"cannot read input {spec.describe()}: {exc}") from None
 
 
 def _commit_group(group_read: GroupRead) -> None:
@@ -224,15 +200,9 @@ def _commit_group(group_read: GroupRead) -> None:
         ) from None
 
 
-def write_json(path: OutputPath, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)
-
-
 def run_batch(
     spark: SparkSession,
-    spec: InputSpec,
+    spec: InputSpec | Input,
     out: str | Path,
     partitioning: str = "weighted",
     partitions: int | None = None,
@@ -243,8 +213,13 @@ def run_batch(
     report_dir: str | Path | None = None,
     handlers: Pipeline | None = None,
     cost: str = "rows",
+    plan_from: str | Path | None = None,
+    output_mode: str | None = None,
 ) -> dict[str, Any]:
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
+
+    The engine under `rebalancer.pipeline.run`, which also applies the output mode (error,
+    overwrite, append) before calling it; `output_mode` is only recorded in the summary here.
 
     `out` may be a Hadoop filesystem URI (hdfs://, s3a://, file://, ...): Spark writes the data
     there, and summary.json, plan.json and report.html go through the same filesystem, or to the
@@ -255,6 +230,10 @@ def run_batch(
     goes through the built-in aggregation into OUT/metrics/.
 
     With `sink`, metrics and quarantine are also upserted into PostgreSQL (`rebalancer.pipeline.sinks`).
+
+    `plan_from` (a plan.json, or a run's output directory) is the plan the weighted placement
+    starts from and keeps what it can of; without it the plan is made afresh (a plan.json left in
+    the output is never read: it would silently change this run).
 
     `group_cost` (rows-equivalent of one handler call) makes the weighted plan balance estimated
     work instead of rows alone; see `slots.make_plan`. The session's time zone, Parquet timestamp
@@ -275,12 +254,14 @@ def run_batch(
             reports=output_path(report_dir) if report_dir is not None else None,
             handlers=handlers,
             cost=cost,
+            plan_from=plan_from,
+            output_mode=output_mode,
         )
 
 
 def _run_batch(
     spark: SparkSession,
-    spec: InputSpec,
+    spec: InputSpec | Input,
     out: OutputPath,
     partitioning: str,
     partitions: int | None,
@@ -291,11 +272,9 @@ def _run_batch(
     reports: OutputPath | None = None,
     handlers: Pipeline | None = None,
     cost: str = "rows",
+    plan_from: str | Path | None = None,
+    output_mode: str | None = None,
 ) -> dict[str, Any]:
-    from py4j.protocol import Py4JJavaError
-    from pyspark import StorageLevel
-    from pyspark.errors import PySparkException
-
     if partitioning not in PARTITIONINGS:
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
     partitions = partitions or default_parallelism(spark)
@@ -303,92 +282,54 @@ def _run_batch(
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     step = progress or (lambda _stage: None)
     started = time.perf_counter()
-    stage_seconds: dict[str, float] = {}
-
-    def mark(stage: str, since: float) -> float:
-        now = time.perf_counter()
-        stage_seconds[stage] = round(now - since, 3)
-        return now
+    reused = load_plan(plan_from, partitions, spark) if plan_from is not None else None
 
     group_read = _plan_group(spec)
     if group_read is not None:
         if handlers is not None and handlers.handlers:
             raise ValueError("a kafka:// input with group takes no --handlers yet (their outputs are not kept per run)")
-        spec = group_read.spec  # type: ignore[assignment]  # a KafkaInput stands in for an InputSpec
+        spec = group_read.spec
+    reports = reports or out  # where summary.json, plan.json and report.html live
+    previous_summary = load_previous_summary(reports)
+
+    def plan_for(routing: Routing) -> SlotPlan:
+        previous = reused.owner if reused is not None else None
+        return build_plan(routing.builtin_counts, partitioning, partitions, previous, group_cost)
+
+    def sink_write(frames: dict[str, Any], keys: Any) -> dict[str, Any] | None:
+        from rebalancer.pipeline.sinks import write_outputs
+
+        assert sink is not None
+        batch_id = None if group_read is None else group_read.batch_id
+        return write_outputs(sink, frames, keys=keys, batch_id=batch_id)
+
     # With a group each run adds a batch, as a stream's micro-batch does: OUT/metrics/batch_id=N/.
-    batch_dir = "" if group_read is None else f"/batch_id={group_read.batch_id}"
-    step("read and count")
-    t = time.perf_counter()
-    classified = cacheable_rows(classify(read_raw(spark, spec))).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        try:
-            counts = count_input(classified, partitions)
-        except (PySparkException, Py4JJavaError) as exc:
-            # The first action reads every file: a file Spark cannot read fails here, before any output.
-            raise _spark_error(exc, spec) from exc
-        t = mark("read_and_count", t)
-
-        step("plan")
-        reports = reports or out  # where summary.json, plan.json and report.html live
-        previous_plan = load_previous_plan(reports, partitions)
-        previous_summary = load_previous_summary(reports)
-        routing = route_types(handlers, counts)
-        plan = build_plan(routing.builtin_counts, partitioning, partitions, previous_plan, group_cost)
-        projected_hash = hash_plan(
-            routing.builtin_counts.type_counts, routing.builtin_counts.hash_slots, partitions
-        )
-        t = mark("plan", t)
-
-        out.mkdir(parents=True, exist_ok=True)
-        step("quarantine")
-        quarantine_rows(classified).write.mode("overwrite").parquet(str(out / "quarantine") + batch_dir)
-        t = mark("quarantine", t)
-
-        step("dispatch and persist")
-        job = dispatch(routing.builtin_rows(accepted_rows(classified)), partitioning, partitions, plan)
-        # Kept for the sink, which would otherwise run the grouped map a second time.
-        metrics = job.metrics.persist(StorageLevel.MEMORY_AND_DISK) if sink is not None else job.metrics
-        (
-            metrics.write.mode("overwrite")
-            .option("partitionOverwriteMode", "dynamic")
-            .partitionBy("date")
-            .parquet(str(out / "metrics") + batch_dir)
-        )
-        task_rows, task_seconds = job.task_stats()
-        t = mark("dispatch", t)
-        # Per-handler plan stores live next to summary.json.
-        kept: dict[str, DataFrame] | None = {} if sink is not None else None
-        handler_sections = run_handlers(routing, classified, out, reports, partitions, cost, step, keep=kept)
-        if routing.handlers:
-            t = mark("handlers", t)
-        sink_section = None
-        if sink is not None:
-            from rebalancer.pipeline.sinks import write_outputs
-
-            step("database")
-            try:
-                sink_section = write_outputs(
-                    sink,
-                    {"metrics": metrics, "quarantine": quarantine_rows(classified), **(kept or {})},
-                    keys=routing.pipeline.table_keys(spark),
-                    batch_id=None if group_read is None else group_read.batch_id,
-                )
-            finally:
-                metrics.unpersist()
-                for frame in (kept or {}).values():
-                    frame.unpersist()
-            t = mark("sink", t)
-        if group_read is not None:
-            _commit_group(group_read)  # after every output: a run that fails before reads them again
-    finally:
-        classified.unpersist()
+    done = run_pass(
+        read_raw(spark, spec),
+        PassTarget(out, None if group_read is None else group_read.batch_id, stores=reports),  # per-handler plan stores
+        partitioning,
+        partitions,
+        plan_for,
+        handlers=handlers,
+        cost=cost,
+        sink_write=sink_write if sink is not None else None,
+        step=step,
+        read_error=lambda exc: _spark_error(exc, spec),
+    )
+    if group_read is not None:
+        _commit_group(group_read)  # after every output: a run that fails before reads them again
+    counts, routing, plan = done.counts, done.routing, done.plan
+    task_rows, task_seconds = done.task_rows, done.task_seconds
+    projected_hash = hash_plan(routing.builtin_counts.type_counts, routing.builtin_counts.hash_slots, partitions)
 
     summary: dict[str, Any] = {
         "version": __version__,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "input": input_name(spec),
+        "input": spec.describe(),
         "format": spec.format,
         "output": str(out),
+        "output_mode": output_mode,
+        "plan_reused": reused.outcome(plan) if reused is not None else None,
         "ingested": counts.ingested,
         "accepted": counts.accepted,
         "quarantined": counts.quarantined,
@@ -399,19 +340,19 @@ def _run_batch(
         "group_cost": group_cost,
         "sharded_types": plan.sharded,
         "elapsed_s": round(time.perf_counter() - started, 3),
-        "stage_seconds": stage_seconds,
+        "stage_seconds": done.stage_seconds,
         "task_rows": task_rows,
         "task_seconds": task_seconds,
-        "skew_ratio": skew_ratio(task_rows),
-        "seconds_skew_ratio": skew_ratio(task_seconds),
+        "skew_ratio": max_over_median(task_rows, SKEW_DIGITS),
+        "seconds_skew_ratio": max_over_median(task_seconds, SKEW_DIGITS),
         "planned_load": plan.load_after,
         "hash_load": projected_hash.load_after,
-        "hash_skew_ratio": skew_ratio(projected_hash.load_after),
+        "hash_skew_ratio": max_over_median(projected_hash.load_after, SKEW_DIGITS),
         "top_types": dict(sorted(counts.type_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:15]),
-        **routing.summary(task_rows, task_seconds, builtin_calls(partitioning, plan), handler_sections),
+        **routing.summary(task_rows, task_seconds, builtin_calls(partitioning, plan), done.handler_sections),
     }
-    if sink_section is not None:
-        summary["sink"] = sink_section
+    if done.sink_section is not None:
+        summary["sink"] = done.sink_section
     if group_read is not None:
         summary["kafka_group"] = {
             "group": group_read.group,

@@ -5,19 +5,25 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+import sys
+import tempfile
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer._args import finite_float, integer
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
-from rebalancer.pipeline.paths import is_remote, join, local_path, location_argument
+from rebalancer.pipeline.kafka.commands import add_produce_parser
+from rebalancer.pipeline.output_mode import OUTPUT_MODES
+from rebalancer.pipeline.paths import is_remote, local_path, location_argument
+from rebalancer.pipeline.terminal import print_summary, stages
 
 if TYPE_CHECKING:
-    from rebalancer.pipeline.ingest import InputSpec
+    from rebalancer.pipeline.contract import Input
     from rebalancer.pipeline.kafka.telemetry import KafkaInput
+    from rebalancer.pipeline.runner import RunRequest, RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +31,9 @@ DEFAULT_INPUT = Path("data/telemetry")
 DEFAULT_OUTPUT = Path("out")
 # Tasks of the demo whatever the cores: at 2 (a laptop's default parallelism) hash placement barely skews.
 DEFAULT_PARTITIONS = 16
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+EXIT_INTERRUPTED = 130
+# Spark waits about 80 s for a standalone master that does not answer, and minutes for Spark Connect.
+DEFAULT_CONNECT_TIMEOUT_S = 30.0  # 128 + SIGINT, as a shell reports a Ctrl-C
 # `make run` without --input: big enough to show the skew, small enough to finish in seconds.
 DEFAULT_SAMPLE = GenerateConfig(events=300_000, types=400, skew=1.1, entities=200, bad_rate=0.001, files=4)
 
@@ -58,6 +66,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--format", choices=FORMATS, default=GenerateConfig.format, help="file format to write")
     gen.add_argument("--minutes", type=integer(), default=GenerateConfig.minutes, help="time span of the events")
     gen.add_argument("--files", type=integer(), default=GenerateConfig.files, help="files to split the events into")
+    gen.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="clear a non-empty --out first (without it, one is refused: older files would be read too)",
+    )
     gen.set_defaults(func=cmd_generate)
 
     run = sub.add_parser(
@@ -150,6 +163,29 @@ def register(parser: argparse.ArgumentParser) -> None:
         "(an unreachable server, a missing topic, a refused login); the reader option "
         "metadataTimeoutMs (default 10)",
     )
+    run.add_argument(
+        "--connect-timeout",
+        type=finite_float(minimum=0, exclusive=True),
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long to wait for a spark:// or k8s:// --master or an sc:// --remote to answer before failing",
+    )
+    run.add_argument(
+        "--mode",
+        choices=OUTPUT_MODES,
+        default="error",
+        help="an output that already holds a run: error refuses it; overwrite replaces that whole run "
+        "(report, plan and checkpoint included); append adds this run to it (a stream resuming from its "
+        "checkpoint, a kafka:// ?group= run)",
+    )
+    run.add_argument(
+        "--plan-from",
+        type=location_argument,
+        default=None,
+        metavar="PATH",
+        help="start the weighted plan from this plan.json (or a run's output directory holding one) and "
+        "keep what it can of it (default: a fresh plan; a plan left in the output is never read)",
+    )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(
         "--report-dir",
@@ -187,9 +223,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.set_defaults(func=cmd_run)
 
-    from rebalancer.pipeline.kafka.telemetry import add_produce_parser
-
     add_produce_parser(sub, DEFAULT_SAMPLE)
+    add_tool_parsers(sub)
 
 
 def _input_argument(text: str) -> Path | str:
@@ -214,7 +249,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         files=args.files,
     )
     config.validate()
-    paths = generate(config, args.out)
+    paths = generate(config, args.out, overwrite=args.overwrite)
     Console(markup=False).print(f"wrote {config.events:,} events in {len(paths)} {config.format} files to {args.out}")
     return 0
 
@@ -237,145 +272,6 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
     return "local[*]"
 
 
-@contextmanager
-def _stages(console: Any) -> Iterator[Callable[[str], None]]:
-    """A progress line per stage: the current one spins, finished ones show their time."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    # Transient: the summary lists every stage's seconds, labelled, once the run is over.
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}", markup=False),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        current: list[Any] = []
-
-        def step(stage: str) -> None:
-            log.info("stage: %s", stage)
-            if current:
-                bar.update(current[-1], completed=1)
-                bar.stop_task(current[-1])
-            current.append(bar.add_task(stage, total=1))
-
-        yield step
-        if current:
-            bar.update(current[-1], completed=1)
-            bar.stop_task(current[-1])
-
-
-REPORT_FILES = ("summary.json", "plan.json", "report.html")
-
-
-def _written(
-    summary: dict[str, Any], names: tuple[str, ...], report_dir: Path | None, report: bool
-) -> list[str]:
-    """The outputs among `names`, as the user would open them. A remote output is listed, not looked
-    at: the session that could reach it has stopped."""
-    found = []
-    for name in names:
-        in_reports = name in REPORT_FILES
-        if in_reports and name == "report.html" and (not report or "batches" in summary):
-            continue  # --no-report, or a stream (it writes no report)
-        base: str | Path = report_dir if report_dir is not None and in_reports else summary["output"]
-        shown = str(join(base, name))
-        local = local_path(base)
-        if local is None:
-            found.append(shown + ("" if in_reports else "/"))
-        elif (local / name).exists():
-            found.append(shown + ("/" if (local / name).is_dir() else ""))
-    return found
-
-
-def _print_summary(
-    console: Any, summary: dict[str, Any], report_dir: Path | None = None, report: bool = True
-) -> None:
-    """This run against Spark's hash placement, the files written, and where the report is."""
-    from rich.table import Table
-
-    from rebalancer.pipeline.report import format_skew
-
-    table = Table(title="rebalancer pipeline", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    quarantined = f"{summary['quarantined']:,}"
-    if summary["quarantined"]:
-        quarantined += "  (" + ", ".join(f"{k} {v:,}" for k, v in summary["quarantine_reasons"].items()) + ")"
-    rows = [
-        ("input", summary["input"]),
-        ("partitioning", f"{summary['partitioning']} over {summary['partitions']} tasks"),
-        ("rows ingested", f"{summary['ingested']:,}"),
-        ("accepted", f"{summary['accepted']:,}"),
-        ("quarantined", quarantined),
-        ("types", str(summary["types"])),
-    ]
-    if "batches" in summary:
-        rows.insert(2, ("micro-batches", str(summary["batches"])))
-    if summary.get("hash_load"):
-        ours = f"this run ({summary['partitioning']})"
-        rows += [
-            (
-                "skew, max/median task rows",
-                f"{format_skew(summary['skew_ratio'])} {ours}, {format_skew(summary['hash_skew_ratio'])} with Spark's hash",
-            ),
-            (
-                "largest task, rows",
-                f"{max(summary['planned_load']):,} planned, {max(summary['hash_load']):,} with Spark's hash",
-            ),
-        ]
-    else:
-        rows.append(("skew, max/median task rows", format_skew(summary.get("skew_ratio"))))
-    stages = ", ".join(
-        f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()
-    )
-    rows.append(("elapsed", f"{summary['elapsed_s']:.1f} s" + (f"  ({stages})" if stages else "")))
-    handler_lines = _handler_lines(summary)
-    if handler_lines:
-        rows.append(("handlers", "\n".join(handler_lines)))
-    names = (
-        "metrics",
-        *[h for h in summary.get("handlers", {}) if h != "metrics"],
-        "quarantine",
-        "summary.json",
-        "plan.json",
-        "report.html",
-    )
-    files = _written(summary, names, report_dir, report)
-    rows.append(("files written", "\n".join(files)))
-    if summary.get("sink"):
-        from rebalancer.pipeline.sinks.outputs import describe
-
-        rows.append(("database", describe(summary["sink"])))
-    for what, value in rows:
-        table.add_row(what, value)
-    console.print(table)
-    page = next((file for file in files if file.endswith("report.html")), None)
-    if page is not None:
-        console.print(f"report: {page}  (open it in a browser)", highlight=False)
-
-
-def _handler_lines(summary: dict[str, Any]) -> list[str]:
-    """One line per handler (types, rows, calls, task-seconds skew) and the unhandled rows, if any."""
-    from rebalancer.pipeline.report import format_skew
-
-    handlers = summary.get("handlers", {})
-    if set(handlers) <= {"metrics"} and not summary.get("unhandled"):
-        return []
-    lines = []
-    for name, section in handlers.items():
-        calls = section.get("calls")
-        line = f"{name}: {section['types']} types, {section['rows']:,} rows"
-        if calls is not None:
-            line += f", {calls:,} calls"
-        if "seconds_skew_ratio" in section:
-            line += f", skew {format_skew(section['seconds_skew_ratio'])} (max/median task seconds)"
-        lines.append(line)
-    if summary.get("unhandled"):
-        lines.append(f"unhandled: {summary['unhandled']:,} rows of {len(summary['unhandled_types'])} types")
-    return lines
-
-
 def _check_report_dir(report_dir: Path) -> None:
     """--report-dir is written at the run's very end: a file in its way is refused before any work."""
     if report_dir.exists() and not report_dir.is_dir():
@@ -388,14 +284,13 @@ def _check_report_dir(report_dir: Path) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Builds a `RunRequest` from the flags (checked there, once) and calls `run`, with the terminal
+    around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""
     from rich.console import Console
 
-    from rebalancer.pipeline.ingest import check_output, inspect_input, parse_columns
+    from rebalancer.pipeline.ingest import check_output, parse_columns
+    from rebalancer.pipeline.runner import RunRequest, resolve_input
 
-    if args.partitions is not None and args.partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {args.partitions}")
-    if args.rebalance_every < 1:
-        raise ValueError(f"rebalance-every must be >= 1, got {args.rebalance_every}")
     if args.report_dir is not None:
         _check_report_dir(args.report_dir)
     master = session_master(args.master, getattr(args, "remote", None))
@@ -404,63 +299,110 @@ def cmd_run(args: argparse.Namespace) -> int:
         from rebalancer.pipeline.framework import load_handlers
 
         handlers = load_handlers(args.handlers)  # first: a bad file fails before any work
+    request = RunRequest(
+        input=args.input if args.input is not None else DEFAULT_INPUT,
+        output=args.output,
+        partitions=args.partitions,
+        partitioning=args.partitioning,
+        handlers=handlers,
+        cost=args.cost,
+        mode=getattr(args, "mode", "error"),
+        plan_from=getattr(args, "plan_from", None),
+        format=args.format,
+        columns=parse_columns(args.columns) if args.columns else None,
+        stream=args.stream,
+        rebalance_every=args.rebalance_every,
+        max_moves=args.max_moves,
+        max_batches=args.max_batches,
+        files_per_batch=args.files_per_batch,
+        available_now=args.available_now,
+        checkpoint=args.checkpoint,
+        group_cost=args.group_cost,
+        report=not args.no_report,
+        report_dir=args.report_dir,
+        kafka_timeout=getattr(args, "kafka_timeout", None),
+    )
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
-    if args.input is None:
-        input_path = DEFAULT_INPUT
-        if not input_path.exists() or not any(input_path.iterdir()):
-            from rebalancer.pipeline.generate import generate
+    if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):
+        from rebalancer.pipeline.generate import generate
 
-            with console.status(f"generating a sample into {input_path}"):
-                generate(DEFAULT_SAMPLE, input_path)
-            console.print(
-                f"generated a sample: {DEFAULT_SAMPLE.events:,} events over {DEFAULT_SAMPLE.types} types "
-                f"(Zipf {DEFAULT_SAMPLE.skew:g}) in {input_path}/"
-            )
-    else:
-        input_path = args.input
-    if isinstance(input_path, str) and input_path.lower().startswith("kafka://"):
-        from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
-
-        if args.format is not None:
-            raise ValueError(
-                f"format: a kafka:// input holds JSON values, --format {args.format} is for files"
-            )
-        spec = parse_kafka_url(input_path, parse_columns(args.columns) if args.columns else None)
-        spec = spec.with_timeout(getattr(args, "kafka_timeout", None))
-        if not spec.embedded:
+        with console.status(f"generating a sample into {DEFAULT_INPUT}"):
+            generate(DEFAULT_SAMPLE, DEFAULT_INPUT)
+        console.print(
+            f"generated a sample: {DEFAULT_SAMPLE.events:,} events over {DEFAULT_SAMPLE.types} types "
+            f"(Zipf {DEFAULT_SAMPLE.skew:g}) in {DEFAULT_INPUT}/"
+        )
+    spec: Input | None = None
+    if request.is_kafka:
+        spec = resolve_input(request)
+        if not getattr(spec, "embedded", False):
             from rebalancer.pipeline.kafka.telemetry import check_kafka_input
 
-            check_kafka_input(spec, streaming=args.stream)  # before Spark: seconds, not a minute
-    elif getattr(args, "kafka_timeout", None) is not None:
-        raise ValueError("kafka-timeout: is for a kafka:// input")
-    elif is_remote(input_path):
-        spec = None  # checked through Spark's Hadoop FileSystem once the session is up
-    else:
-        spec = inspect_input(input_path, args.format, parse_columns(args.columns) if args.columns else None)
-    checkpoint = (args.checkpoint or join(args.output, "_checkpoint")) if args.stream else None
+            check_kafka_input(cast("KafkaInput", spec), streaming=args.stream)  # before Spark: seconds, not a minute
+    elif not is_remote(cast("str | Path", request.input)):  # a remote one is checked through Spark's Hadoop FS
+        spec = resolve_input(request)
+    checkpoint = request.checkpoint_location
     if spec is not None and not is_remote(args.output) and not is_remote(checkpoint):
         check_output(args.output, spec, checkpoint)  # a remote output is checked by the run, through Spark
-    from rebalancer.pipeline.sinks import open_sink, prepare_sink
+    request.check_output()  # --mode: a local output already holding a run is refused before Spark starts
+    from rebalancer.pipeline.sinks import open_sink
 
-    sink = open_sink(
-        args.sink, args.sink_schema
-    )  # before Spark: an unreachable server or a bad login fails fast
+    # Before Spark: an unreachable server or a bad login fails fast.
+    request = replace(request, sink=open_sink(args.sink, args.sink_schema))
 
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.quiet import interrupt_cancels_jobs, jvm_log_file, spark_python_logs_to
+    from rebalancer.pipeline.session import build_session, check_reachable
 
     # Stop the session at the end only if this command started it (not spark-submit's, not a caller's).
     owns_session = SparkSession.getActiveSession() is None and master is not None
+    if owns_session:
+        timeout = getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
+        flag = "--remote" if getattr(args, "remote", None) else "--master"
+        check_reachable(master, timeout, field=flag, advice="--connect-timeout sets the wait")
+    verbose = getattr(args, "verbose", 0)
     with console.status("starting Spark"):
-        # -v is the project's own logs; Spark's and the JVM's startup output waits for -vv.
-        spark = build_session(master=master, quiet=getattr(args, "verbose", 0) < 2)
+        # -v is the project's own logs (and Spark's errors); Spark's and the JVM's startup output waits
+        # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
+        log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
+        spark = build_session(master=master, quiet=verbose < 2, log_file=log_file)
+    python_logs = ExitStack()
+    spark_log = jvm_log_file()
+    if spark_log is not None:
+        python_logs.enter_context(spark_python_logs_to(spark_log))
+    with interrupt_cancels_jobs(spark), python_logs:  # Ctrl-C: jobs cancelled, exit 130, one line
+        summary = _run_in_session(console, request, spark, spec, args, owns_session)
+    from rebalancer.pipeline.report import no_rows_accepted
+
+    console.print(summary.plan_line(), highlight=False)
+    print_summary(console, summary.to_json(), args.report_dir, report=not args.no_report)
+    warning = no_rows_accepted(summary.to_json())
+    if warning:
+        print(f"rebalancer: warning: {warning}", file=sys.stderr)
+    if summary.interrupted:
+        console.print(f"stopped by Ctrl-C after {summary.batches} micro-batches", highlight=False)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def spark_log_path(output: str | Path, report_dir: Path | None) -> Path:
+    """Where a quiet run's Spark log goes: OUTPUT/spark.log, else (a remote output) the report
+    directory's, else a new temporary directory's."""
+    from rebalancer.pipeline.output_mode import SPARK_LOG
+
+    local = local_path(output)
+    if local is None:
+        local = report_dir if report_dir is not None else Path(tempfile.mkdtemp(prefix="rebalancer-"))
+    return local / SPARK_LOG
+
+
+def _run_in_session(
+    console: Any, request: RunRequest, spark: Any, spec: Input | None, args: argparse.Namespace, owns_session: bool
+) -> RunSummary:
+    """The run's part that needs the session, which it stops at the end if this command started it."""
     embedded = ExitStack()
     try:
-        if spec is None:
-            spec = inspect_input(
-                input_path, args.format, parse_columns(args.columns) if args.columns else None, spark=spark
-            )
         if getattr(args, "ship", False):
             from rebalancer.pipeline.ship import shipped
 
@@ -470,74 +412,81 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(spec, "embedded", False):
             from rebalancer.pipeline.kafka.telemetry import embedded_input
 
-            # a KafkaInput has every field the run reads from an InputSpec (duck-typed through the run)
             topic_spec = cast("KafkaInput", spec)
             with console.status(
                 f"starting an embedded Kafka cluster and producing a sample to {topic_spec.topic}"
             ):
-                spec = cast("InputSpec", embedded.enter_context(embedded_input(topic_spec, DEFAULT_SAMPLE)))
-        if sink is not None:
-            # A table with other columns fails here, before any work.
-            # A kafka input with a group keys its tables by batch, as a stream does.
-            grouped = any(k.lower() == "group" for k in getattr(spec, "options", None) or {})
-            prepare_sink(sink, spark, stream=args.stream or grouped, handlers=handlers)
-        if args.stream:
-            from rebalancer.pipeline.stream import StreamConfig, run_stream
-
-            config = StreamConfig(
-                partitions=args.partitions,
-                partitioning=args.partitioning,
-                rebalance_every=args.rebalance_every,
-                max_moves=args.max_moves,
-                max_batches=args.max_batches,
-                files_per_batch=args.files_per_batch,
-                available_now=args.available_now,
-                checkpoint=args.checkpoint,
-            )
-            from pyspark.errors import StreamingQueryException
-
-            from rebalancer.pipeline.ingest import input_name
-            from rebalancer.pipeline.session import spark_error_reason
-
-            try:
-                with console.status("streaming (Ctrl-C stops cleanly)"):
-                    summary = run_stream(
-                        spark,
-                        spec,
-                        args.output,
-                        config,
-                        sink=sink,
-                        handlers=handlers,
-                        cost=args.cost,
-                        report_dir=args.report_dir,
-                        on_batch=lambda batch: console.print(batch.line(), highlight=False, soft_wrap=True),
-                    )
-            except StreamingQueryException as exc:  # the query's own failure: its cause, in one line
-                raise ValueError(f"stream from {input_name(spec)} failed: {spark_error_reason(exc)}") from exc
-        else:
-            from rebalancer.pipeline.batch import run_batch
-
-            with _stages(console) as step:
-                summary = run_batch(
-                    spark,
-                    spec,
-                    args.output,
-                    partitioning=args.partitioning,
-                    partitions=args.partitions,
-                    progress=step,
-                    report=not args.no_report,
-                    group_cost=args.group_cost,
-                    sink=sink,
-                    handlers=handlers,
-                    cost=args.cost,
-                    report_dir=args.report_dir,
-                )
+                spec = embedded.enter_context(embedded_input(topic_spec, DEFAULT_SAMPLE))
+        if spec is not None:
+            request = replace(request, input=spec)
+        return _run(console, request, spark)
     finally:
         embedded.close()
         if owns_session:
             spark.stop()
-    _print_summary(console, summary, args.report_dir, report=not args.no_report)
-    if summary.get("interrupted"):
-        console.print(f"stopped by Ctrl-C after {summary['batches']} micro-batches", highlight=False)
-        return EXIT_INTERRUPTED
+
+
+def _run(console: Any, request: RunRequest, spark: Any) -> RunSummary:
+    """`run`, with a progress line per stage (a batch) or per micro-batch (a stream)."""
+    from rebalancer.pipeline.runner import run
+
+    if not request.stream:
+        with stages(console) as step:
+            return run(request, spark, progress=step)
+    from pyspark.errors import StreamingQueryException
+
+    from rebalancer.pipeline.session import spark_error_reason
+
+    try:
+        with console.status("streaming (Ctrl-C stops cleanly)"):
+            return run(
+                request,
+                spark,
+                on_batch=lambda batch: console.print(batch.line(), highlight=False, soft_wrap=True),
+            )
+    except StreamingQueryException as exc:  # the query's own failure: its cause, in one line
+        shown = request.input.describe() if hasattr(request.input, "describe") else str(request.input)
+        raise ValueError(f"stream from {shown} failed: {spark_error_reason(exc)}") from exc
+
+
+# -- `rebalancer pipeline ship` and `rebalancer pipeline postgres` ---------------------------------
+def add_tool_parsers(sub: Any) -> None:
+    ship = sub.add_parser(
+        "ship",
+        help="zip the installed package for spark-submit --py-files",
+        description="Write the installed rebalancer package as a zip whose top level is rebalancer/, for "
+        "spark-submit --py-files or SparkContext.addPyFile (see docs/pipeline.md, --ship). Prints its path.",
+    )
+    ship.add_argument("dest", nargs="?", type=Path, default=Path("."), help="a directory or a .zip path")
+    ship.set_defaults(func=cmd_ship)
+    postgres = sub.add_parser(
+        "postgres",
+        help="start or stop a private PostgreSQL server, to try --sink",
+        description="A private PostgreSQL server on 127.0.0.1 in one directory (rebalancer.testing.LocalPostgres). "
+        "Its --sink URL, password included, is written to DIR/sink-url (mode 0600), never printed.",
+    )
+    postgres.add_argument("action", choices=("start", "stop"), help="start: initialise DIR if needed and start; stop: stop it")
+    postgres.add_argument("--dir", type=Path, required=True, help="the server's directory (created by start)")
+    postgres.add_argument("--port", type=integer(minimum=1), default=None, help="default: a free port")
+    postgres.set_defaults(func=cmd_postgres)
+
+
+def cmd_ship(args: argparse.Namespace) -> int:
+    from rebalancer.pipeline.ship import package_zip
+
+    print(package_zip(args.dest))
+    return 0
+
+
+def cmd_postgres(args: argparse.Namespace) -> int:
+    from rebalancer.testing.postgres import URL_FILE, LocalPostgres
+
+    server = LocalPostgres(args.dir, port=args.port)
+    if args.action == "stop":
+        server.stop()
+        print(f"stopped the PostgreSQL server in {server.directory}")
+        return 0
+    server.start()
+    print(f"PostgreSQL listening on 127.0.0.1:{server.port} as {server.display_url}")
+    print(f'its --sink URL (password included) is in {server.directory / URL_FILE}: --sink "$(cat {server.directory / URL_FILE})"')
     return 0

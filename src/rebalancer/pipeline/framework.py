@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer.balance.metrics import max_over_median
+from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.session import spark_error_reason
 
 if TYPE_CHECKING:
@@ -244,8 +246,6 @@ class HandlerRun:
     result: Any = None  # BalancedApply, for the task stats after the write
 
     def section(self) -> dict[str, Any]:
-        from rebalancer.pipeline.batch import skew_ratio
-
         section: dict[str, Any] = {"types": len(self.types), "rows": self.rows, "output": self.output}
         if self.result is None:
             return section
@@ -258,8 +258,8 @@ class HandlerRun:
                 calls=sum(stats.calls),
                 task_rows=stats.rows,
                 task_seconds=stats.seconds,
-                skew_ratio=skew_ratio(stats.rows),
-                seconds_skew_ratio=skew_ratio(stats.seconds),
+                skew_ratio=max_over_median(stats.rows, SKEW_DIGITS),
+                seconds_skew_ratio=max_over_median(stats.seconds, SKEW_DIGITS),
             )
         else:
             section["task_stats"] = "unavailable (Spark Connect has no accumulators)"
@@ -289,6 +289,7 @@ def run_handler(
         partitions=partitions,
         split_by=handler.split_by,
         combine=handler.combine,
+        split_safe=handler.combine is None,  # Pipeline.handler's contract: a handler may get one shard of a type
         cost=cost,
         store=store,
     )
@@ -316,7 +317,7 @@ class Routing:
     """Which handler runs which types in one run, and the counts each part is planned from."""
 
     pipeline: Pipeline
-    counts: Any  # batch.InputCounts of every accepted row
+    counts: Any  # core.InputCounts of every accepted row
     builtin_counts: Any  # the same, restricted to the types the built-in aggregation runs
     builtin_types: list[str] | None  # None: every type (no handler map, or it sends all to metrics)
     handlers: dict[str, list[str]]
@@ -337,8 +338,6 @@ class Routing:
         sections: Mapping[str, dict[str, Any]],
     ) -> dict[str, Any]:
         """summary.json's reconciliation (accepted == handled + unhandled) and per-handler sections."""
-        from rebalancer.pipeline.batch import skew_ratio
-
         unhandled_rows = sum(self.unhandled.values())
         handlers: dict[str, dict[str, Any]] = {}
         builtin_types = self.builtin_counts.type_counts
@@ -349,8 +348,8 @@ class Routing:
                 "calls": builtin_calls,
                 "task_rows": task_rows,
                 "task_seconds": task_seconds,
-                "skew_ratio": skew_ratio(task_rows),
-                "seconds_skew_ratio": skew_ratio(task_seconds),
+                "skew_ratio": max_over_median(task_rows, SKEW_DIGITS),
+                "seconds_skew_ratio": max_over_median(task_seconds, SKEW_DIGITS),
             }
         handlers.update(sections)
         return {

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from rebalancer.pipeline.ingest import FORMATS  # what the generator writes is what a run reads
+from rebalancer.pipeline.contract import FORMATS  # what the generator writes is what a run reads
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,23 @@ def write_frame(frame: pd.DataFrame, out: str | Path, fmt: str, files: int) -> l
     return paths
 
 
-def generate(config: GenerateConfig, out: Path) -> list[Path]:
-    """Generate and write; returns the files written."""
+def generate(config: GenerateConfig, out: Path, overwrite: bool = False) -> list[Path]:
+    """Generate and write; returns the files written.
+
+    A non-empty `out` is refused unless `overwrite`, which clears it first: files left from an
+    earlier, larger generate would otherwise be read by the next run as part of this sample.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out must be a directory, got a file: {out}")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ValueError(f"out: {out} is not empty; --overwrite clears it first")
+        for entry in out.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     frame = make_frame(config)
     paths = write_frame(frame, Path(out), config.format, config.files)
     log.info("wrote %d events in %d %s files to %s", len(frame), len(paths), config.format, out)

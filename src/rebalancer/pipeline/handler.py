@@ -9,7 +9,6 @@ sorted values.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
+
+from rebalancer.pipeline.clock import own_clock
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -243,12 +244,14 @@ StatsColumns = Callable[[Any, int, int, float, float], Any]  # (out, pid, rows, 
 
 
 def _timed_call(fn: Callable[[Any], Any], data: Any, rows: int, stats: Any | None, with_columns: StatsColumns) -> Any:
-    """`fn(data)`, reported to `stats`, or with `with_columns` (its stats columns) when None."""
+    """`fn(data)`, reported to `stats`, or with `with_columns` (its stats columns) when None.
+
+    Timed on `own_clock`, as `balanced_apply`'s calls are, so the two report comparable seconds."""
     from pyspark import TaskContext
 
-    started = time.time()
+    started = own_clock()
     out = fn(data)
-    ended = time.time()
+    ended = own_clock()
     context = TaskContext.get()
     pid = context.partitionId() if context is not None else -1
     if stats is None:

@@ -18,31 +18,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masked_url
+from rebalancer.pipeline.contract import (  # re-exported: callers import them from here
+    FORMATS,
+    NOT_JSON_COLUMN,
+    REQUIRED_COLUMNS,
+    column_mapping,
+    text_schema,
+)
+from rebalancer.pipeline.contract import (
+    REASONS as REASONS,
+)
 from rebalancer.pipeline.paths import HEAD_BYTES, HadoopFS, OutputPath, is_uri, local_path, split_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.types import StructType
 
-    from rebalancer.pipeline.kafka.telemetry import KafkaInput
+    from rebalancer.pipeline.contract import Input
 
-REQUIRED_COLUMNS = ("ts", "type", "entity", "value")
 EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
-FORMATS = ("parquet", "csv", "jsonl")
-# Checked in this order; a row gets the first reason that applies.
-REASONS = (
-    "value_not_json",  # Kafka input only: the message is not a JSON object
-    "ts_missing",
-    "ts_unparseable",
-    "ts_out_of_range",
-    "type_missing",
-    "entity_missing",
-    "value_missing",
-    "value_not_numeric",
-    "value_not_finite",
-)
-# Set by a Kafka input (rebalancer.pipeline.kafka.telemetry) on messages that are not JSON objects.
-NOT_JSON_COLUMN = "_value_not_json"
 # Epoch milliseconds: digits only (the range check, not the pattern, bounds them).
 EPOCH_MS_PATTERN = r"^\s*-?[0-9]+\s*$"
 # The instants every Parquet reader can represent, pandas' nanosecond timestamps included: pandas'
@@ -54,25 +48,6 @@ TS_MAX_MS = TS_MAX_MICROS // 1000
 _BOM = b"\xef\xbb\xbf"
 # RFC 4180 (Excel, pandas): a quote inside a quoted field is doubled; Spark's default escape is a backslash.
 CSV_OPTIONS = {"header": "true", "mode": "PERMISSIVE", "escape": '"'}
-
-
-def column_mapping(columns: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every contract column -> its name in the source; unmapped columns keep their own name."""
-    given = dict(columns or {})
-    unknown = [name for name in given if name not in REQUIRED_COLUMNS]
-    if unknown:
-        raise ValueError(
-            f"columns: unknown column {unknown[0]!r} (the columns are {', '.join(REQUIRED_COLUMNS)})"
-        )
-    full = {name: given.get(name, name) for name in REQUIRED_COLUMNS}
-    seen: dict[str, str] = {}
-    for name, source in full.items():
-        if not source:
-            raise ValueError(f"columns: the source name for {name!r} is empty")
-        if source in seen:
-            raise ValueError(f"columns: {source!r} is mapped twice ({seen[source]} and {name})")
-        seen[source] = name
-    return full
 
 
 def parse_columns(text: str) -> dict[str, str]:
@@ -129,6 +104,18 @@ class InputSpec:
         """Position of contract column `name` in a CSV header (names compared without surrounding spaces)."""
         source = self.columns[name]
         return [column.strip() for column in header].index(source)
+
+    def describe(self) -> str:
+        return input_name(self)
+
+    def read_batch(self, spark: SparkSession) -> DataFrame:
+        return read_raw(spark, self)
+
+    def read_stream(self, spark: SparkSession, files_per_batch: int) -> DataFrame:
+        return read_stream(spark, self, files_per_batch)
+
+    def group_run(self) -> None:
+        return None
 
 
 def _is_data_file(path: Path) -> bool:
@@ -356,7 +343,7 @@ def _inspect_remote(
 
 def check_output(
     out: str | Path | OutputPath,
-    spec: InputSpec,
+    spec: InputSpec | Input,
     checkpoint: str | Path | OutputPath | None = None,
     spark: SparkSession | None = None,
 ) -> None:
@@ -375,7 +362,7 @@ def check_output(
         _check_local_output(local_out, spec, local_checkpoint)
 
 
-def _local_source(spec: InputSpec) -> Path | None:
+def _local_source(spec: Any) -> Path | None:  # an InputSpec, or a topic (no files)
     """The input's resolved local path; None for a Kafka topic or a remote URI (nothing local to overlap)."""
     uri = getattr(spec, "uri", None)  # a KafkaInput has no files and no uri
     if not spec.files or (uri is not None and local_path(uri) is None):
@@ -383,7 +370,7 @@ def _local_source(spec: InputSpec) -> Path | None:
     return spec.path.resolve()
 
 
-def _check_local_output(out: Path, spec: InputSpec, checkpoint: Path | None) -> None:
+def _check_local_output(out: Path, spec: Any, checkpoint: Path | None) -> None:
     target = out.resolve()
     source = _local_source(spec)
     if out.exists() and not out.is_dir():
@@ -416,7 +403,7 @@ def _under(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip("/") + "/")
 
 
-def _check_remote_output(out: str | Path, spec: InputSpec, checkpoint: str | Path | None, spark: Any) -> None:
+def _check_remote_output(out: str | Path, spec: Any, checkpoint: str | Path | None, spark: Any) -> None:
     """The same refusals, with URIs qualified by their Hadoop filesystem (scheme and authority filled in)."""
     if spark is None:
         raise ValueError(f"output {out} is on a remote filesystem: it is checked once Spark has started")
@@ -448,13 +435,6 @@ def input_name(spec: Any) -> str:
     return masked_url(uri) if uri else str(spec.path)
 
 
-def text_schema(names: tuple[str, ...] | list[str] = REQUIRED_COLUMNS) -> StructType:
-    """Columns as strings: CSV and JSON values are kept exactly as written."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    return StructType([StructField(name, StringType(), True) for name in names])
-
-
 def spark_path(path: Path | str) -> str:
     """A path for Spark's readers, which expand globs: `a[1].csv` would read `a1.csv` instead."""
     return re.sub(r"([\\*?\[\]{}])", r"\\\1", str(path))
@@ -478,16 +458,12 @@ def _csv_reader(spark: SparkSession, schema: StructType) -> DataFrameReader:
     return reader
 
 
-def read_raw(spark: SparkSession, spec: InputSpec | KafkaInput) -> DataFrame:
+def read_raw(spark: SparkSession, spec: InputSpec | Input) -> DataFrame:
     """The input with the four contract columns, in their source types."""
     from pyspark.sql import functions as F
 
-    if spec.format == "kafka":
-        from rebalancer.pipeline.kafka.telemetry import read_kafka_raw
-
-        assert not isinstance(spec, InputSpec)  # format "kafka" is a KafkaInput
-        return read_kafka_raw(spark, spec)
-    assert isinstance(spec, InputSpec)
+    if not isinstance(spec, InputSpec):  # a topic reads itself (the `Input` protocol)
+        return spec.read_batch(spark)
     if spec.format == "parquet":
         return _to_contract(spark.read.parquet(spec.reads_from()), spec)
     if spec.format == "jsonl":
@@ -510,7 +486,7 @@ def read_raw(spark: SparkSession, spec: InputSpec | KafkaInput) -> DataFrame:
     return reduce(lambda left, right: left.unionAll(right), frames)
 
 
-def read_stream(spark: SparkSession, spec: InputSpec | KafkaInput, files_per_batch: int) -> DataFrame:
+def read_stream(spark: SparkSession, spec: InputSpec | Input, files_per_batch: int) -> DataFrame:
     """The streaming file source over the input directory, with the four contract columns.
 
     Files arriving later must share the first files' columns: CSV headers are checked by Spark
@@ -519,12 +495,8 @@ def read_stream(spark: SparkSession, spec: InputSpec | KafkaInput, files_per_bat
     """
     from pyspark.sql import functions as F
 
-    if spec.format == "kafka":
-        from rebalancer.pipeline.kafka.telemetry import read_kafka_stream
-
-        assert not isinstance(spec, InputSpec)  # format "kafka" is a KafkaInput
-        return read_kafka_stream(spark, spec)
-    assert isinstance(spec, InputSpec)
+    if not isinstance(spec, InputSpec):  # a topic reads itself (the `Input` protocol)
+        return spec.read_stream(spark, files_per_batch)
     path = spec.reads_from()
     if spec.format == "parquet":
         schema = _to_contract(spark.read.parquet(path), spec).schema

@@ -190,6 +190,20 @@ class HadoopFS:
             finally:
                 stream.close()
 
+    def children(self, uri: str) -> list[str]:
+        """The names directly under the directory `uri` (none if nothing is there)."""
+        with self.errors(uri):
+            fs, path = self._fs_path(uri)
+            if not fs.exists(path):
+                return []
+            return sorted(str(status.getPath().getName()) for status in fs.listStatus(path))
+
+    def delete(self, uri: str) -> None:
+        """Remove `uri`, recursively (nothing there is fine)."""
+        with self.errors(uri):
+            fs, path = self._fs_path(uri)
+            fs.delete(path, True)
+
     def mkdirs(self, uri: str) -> None:
         with self.errors(uri):
             fs, path = self._fs_path(uri)
@@ -298,3 +312,12 @@ def output_path(location: str | Path, spark: SparkSession | None = None) -> Outp
     if remote and spark is None:
         raise ValueError(f"{location} is on a remote filesystem: it needs a Spark session to be reached")
     return UriPath(location, HadoopFS(spark) if remote and spark is not None else None)
+
+
+def write_json(path: OutputPath, payload: dict[str, Any]) -> None:
+    """Written beside, then renamed: a reader never sees half a summary, plan or state."""
+    import json
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)

@@ -80,11 +80,76 @@ def _hbars(labels: list[str], values: list[float], title: str, xlabel: str, log:
     return _png(figure)
 
 
+def _share(count: int, total: int) -> str:
+    """`count` as a whole percentage of `total`; never "100%" for a part, nor "0%" for some rows."""
+    if count == total:
+        return "100%"
+    percent = round(100 * count / total)
+    return ">99%" if percent >= 100 else "<1%" if percent <= 0 and count else f"{percent}%"
+
+
+def no_rows_accepted(summary: dict[str, Any]) -> str | None:
+    """What a run that accepted no row must say, in one sentence, or None if it accepted some:
+    "0 of 100 rows accepted; every row was quarantined: value_not_numeric 100%". Its metrics,
+    plan and charts are empty, and exit 0 alone would not tell the wrong input from a right one."""
+    if summary.get("accepted", 0) > 0:
+        return None
+    ingested = int(summary.get("ingested", 0))
+    if ingested == 0:
+        return "0 rows accepted: the input has no rows"
+    reasons = sorted(summary.get("quarantine_reasons", {}).items(), key=lambda item: (-item[1], item[0]))
+    shares = ", ".join(f"{reason} {_share(count, ingested)}" for reason, count in reasons)
+    return f"0 of {ingested:,} rows accepted; every row was quarantined: {shares}"
+
+
 def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None) -> str:
-    charts: list[tuple[str, str]] = []
     after_label = f"{summary['partitioning']} (this run)"
     hash_skew = format_skew(summary.get("hash_skew_ratio"))
     our_skew = format_skew(summary["skew_ratio"])
+    empty = no_rows_accepted(summary)
+    # No accepted row: no task got any, and every chart would be an empty frame (axes "0, 0, -0").
+    charts = [] if empty is not None else _charts(summary, previous, after_label, hash_skew, our_skew)
+    rows = [
+        ("input", summary["input"]),
+        ("partitioning", summary["partitioning"]),
+        ("partitions", summary["partitions"]),
+        (
+            "ingested / accepted / quarantined",
+            f"{summary['ingested']:,} / {summary['accepted']:,} / {summary['quarantined']:,}",
+        ),
+        ("types (sharded)", f"{summary['types']:,} ({', '.join(summary['sharded_types']) or 'none'})"),
+        ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
+        ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
+        ("plan", _plan_line(plan)),
+        ("rebalancer version, finished at", f"{summary.get('version')}, {summary.get('finished_at')}"),
+    ]
+    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    figures = "".join(
+        f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+        for title, data in charts
+    )
+    intro = _intro(summary) if empty is None else _empty_intro(empty)
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebalancer pipeline report</title>"
+        "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
+        "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
+        f"<h1>rebalancer pipeline report</h1><p>{html.escape(intro)}</p>"
+        f"<table>{table}</table>{_handler_table(summary)}{figures}</body></html>\n"
+    )
+
+
+def _empty_intro(empty: str) -> str:
+    return (
+        f"{empty}. No row reached a Spark task, so there is nothing to chart: the quarantine "
+        "(OUTPUT/quarantine/) holds every row with its reason."
+    )
+
+
+def _charts(
+    summary: dict[str, Any], previous: dict[str, Any] | None, after_label: str, hash_skew: str, our_skew: str
+) -> list[tuple[str, str]]:
+    """The report's charts, (title, base64 PNG) each."""
+    charts: list[tuple[str, str]] = []
     charts.append(
         (
             f"Rows per task: Spark's hash placement (skew {hash_skew}) vs this run (skew {our_skew})",
@@ -125,33 +190,7 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
             ),
         )
     )
-
-    rows = [
-        ("input", summary["input"]),
-        ("partitioning", summary["partitioning"]),
-        ("partitions", summary["partitions"]),
-        (
-            "ingested / accepted / quarantined",
-            f"{summary['ingested']:,} / {summary['accepted']:,} / {summary['quarantined']:,}",
-        ),
-        ("types (sharded)", f"{summary['types']:,} ({', '.join(summary['sharded_types']) or 'none'})"),
-        ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
-        ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
-        ("plan", _plan_line(plan)),
-        ("rebalancer version, finished at", f"{summary.get('version')}, {summary.get('finished_at')}"),
-    ]
-    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    figures = "".join(
-        f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
-        for title, data in charts
-    )
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebalancer pipeline report</title>"
-        "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
-        "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
-        f"<h1>rebalancer pipeline report</h1><p>{html.escape(_intro(summary))}</p>"
-        f"<table>{table}</table>{_handler_table(summary)}{figures}</body></html>\n"
-    )
+    return charts
 
 
 def _user_handlers(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from rebalancer._numbers import parse_int
+from rebalancer.pipeline._connect import is_connect, is_connect_url
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,17 +50,31 @@ def build_session(
     shuffle_partitions: int | None = None,
     ui: bool = False,
     quiet: bool = False,
+    conf: Mapping[str, str] | None = None,
+    log_file: str | Path | None = None,
+    connect_timeout: float | None = None,
 ) -> SparkSession:
     """A session whose Python workers run this interpreter; `master=None` defers to spark-submit.
 
+    `conf` adds Spark settings set at the session's start (e.g. `spark.jars`); on Spark Connect the
+    server owns those, so it is refused there.
+
     `quiet` silences Spark's and the JVM's startup output when this call starts the JVM (see
-    `rebalancer.pipeline.quiet`); errors still reach stderr.
+    `rebalancer.pipeline.quiet`); errors still reach stderr. With `log_file` as well, Spark's logs
+    and the JVM's stderr go to that file and none to the console (`quiet.jvm_log_file()` names it).
+
+    `connect_timeout` (seconds) bounds the wait for a spark://, sc:// or k8s:// master to answer:
+    an unreachable one is a ValueError naming it, not Spark's retries of a minute or more.
     """
+    if connect_timeout is not None:
+        check_reachable(master, connect_timeout)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     if is_connect_url(master):
+        if conf:
+            raise ValueError(f"conf: a Spark Connect session takes no start-up settings, got {sorted(conf)}")
         return _connect_session(str(master), app_name, shuffle_partitions)
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -68,6 +87,8 @@ def build_session(
         .config("spark.driver.memory", os.environ.get("REBALANCER_DRIVER_MEMORY", "4g"))
         .config("spark.ui.showConsoleProgress", "false")
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     if shuffle_partitions is None and master and master.startswith("local"):
         # 200 shuffle partitions cost seconds per small aggregation on one machine; a cluster keeps its own.
         shuffle_partitions = 2 * _local_cores(master)
@@ -79,36 +100,102 @@ def build_session(
         quiet and SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ
     )
     startup: AbstractContextManager[None] = nullcontext()
+    to_file = starts_jvm and log_file is not None
     if starts_jvm:
-        from rebalancer.pipeline.quiet import jvm_stderr_filtered, quiet_java_options
+        from rebalancer.pipeline.quiet import (
+            file_java_options,
+            jvm_stderr_filtered,
+            jvm_stderr_to,
+            quiet_java_options,
+        )
 
         if master and master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback"
-        builder = builder.config("spark.driver.extraJavaOptions", quiet_java_options())
-        startup = jvm_stderr_filtered()
+        if to_file:
+            path = Path(str(log_file))  # shown as given; the JVM, whose working directory may differ, gets it whole
+            builder = builder.config("spark.driver.extraJavaOptions", file_java_options(path.absolute()))
+            startup = jvm_stderr_to(path)
+        else:
+            builder = builder.config("spark.driver.extraJavaOptions", quiet_java_options())
+            startup = jvm_stderr_filtered()
     with startup:
         session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    if not to_file:  # a log file keeps Spark's warnings too: it is read when something went wrong
+        session.sparkContext.setLogLevel("ERROR")
     return session
 
 
-CONNECT_SCHEME = "sc://"
+# The ports a master URL without one is reached at (Spark's, Spark Connect's and HTTPS's defaults).
+_MASTER_PORTS = {"spark": 7077, "sc": 15002, "k8s": 443}
+
+
+def master_addresses(master: str | None) -> list[tuple[str, int]]:
+    """The (host, port) pairs a spark:// (several for a standby master), sc:// or k8s:// master is
+    reached at; [] for the others (local, yarn), which have no address of their own to try."""
+    text = str(master or "").strip()
+    scheme, _, rest = text.partition("://")
+    scheme = scheme.lower()
+    if scheme not in _MASTER_PORTS or not rest:
+        return []
+    port = _MASTER_PORTS[scheme]
+    if scheme == "k8s":
+        inner = rest if "://" in rest else f"https://{rest}"
+        port = 80 if inner.lower().startswith("http://") else port
+        hosts = [urlsplit(inner).netloc]
+    elif scheme == "sc":
+        hosts = [rest.split("/", 1)[0].split(";", 1)[0]]
+    else:
+        hosts = rest.split("/", 1)[0].split(",")
+    found = []
+    for host in hosts:
+        parts = urlsplit(f"//{host.strip()}")
+        try:
+            found.append((parts.hostname or "", parts.port or port))
+        except ValueError:
+            raise ValueError(f"master: bad port in {text!r}: {host!r}") from None
+    if not all(name for name, _ in found):
+        raise ValueError(f"master: no host in {text!r}")
+    return found
+
+
+def check_reachable(master: str | None, timeout: float, field: str = "master", advice: str = "") -> None:
+    """Refuses, in `timeout` seconds at most, a spark://, sc:// or k8s:// master nothing answers at.
+
+    Spark itself retries an unreachable standalone master for about 80 s and a Spark Connect server
+    for minutes, then fails in a page of Java or gRPC trace. A TCP connection tells an address where
+    nothing listens (refused, unknown, silent), not a listener that is no Spark master.
+    Raises ValueError naming `field`, the URL, each address's reason, then `advice`."""
+    addresses = master_addresses(master)
+    deadline = time.monotonic() + timeout
+    reasons = []
+    for host, port in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            reasons.append(f"{host}:{port}: not tried")
+            continue
+        try:
+            with socket.create_connection((host, port), timeout=left):
+                return
+        except socket.gaierror as exc:
+            reasons.append(f"{host}:{port}: unknown host ({exc.strerror})")
+        except TimeoutError:
+            reasons.append(f"{host}:{port}: no answer")
+        except OSError as exc:
+            reasons.append(f"{host}:{port}: {exc.strerror or type(exc).__name__}")
+    if reasons:
+        advice = f"; {advice}" if advice else ""
+        raise ValueError(f"{field}: cannot reach {master} within {timeout:g} s ({'; '.join(reasons)}){advice}")
+
+
 # pyspark[connect]'s client needs these; the 'spark' extra installs them.
 CONNECT_CLIENT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
 
 
-def is_connect_url(master: str | None) -> bool:
-    """A Spark Connect address (`sc://host:port`), which a session reaches over gRPC, with no JVM here."""
-    return bool(master) and str(master).lower().startswith(CONNECT_SCHEME)
-
-
-def is_connect(spark: SparkSession) -> bool:
-    """A Spark Connect session: no SparkContext, no accumulators, no JVM in this process.
-
-    Checked by class, not by `spark.sparkContext` (which raises there), and without importing the
-    Connect client (it needs grpcio, which a classic install may lack).
-    """
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+def shuffle_partitions(spark: SparkSession) -> int:
+    """`spark.sql.shuffle.partitions`: the tasks `groupBy` gives a grouped map."""
+    key = "spark.sql.shuffle.partitions"
+    configured = spark.conf.get(key, "200")
+    return max(parse_int(str(configured), field=key), 1)
 
 
 def default_parallelism(spark: SparkSession) -> int:
@@ -197,6 +284,9 @@ def spark_error_reason(exc: BaseException, limit: int = 300) -> str:
     Py4J error, else the error's first line; Spark's SQLSTATE suffix is dropped either way.
     """
     text = str(exc)
+    workers = worker_import_reason(text)
+    if workers:
+        return workers  # a paragraph that names the fix: never cut short
     at = text.rfind(PYTHON_TRACEBACK)
     reason = ""
     if at >= 0:
@@ -230,3 +320,54 @@ def _java_root_cause(exc: BaseException) -> str:
     except Exception:  # Py4JError: the gateway is gone; the text is all there is
         return ""
 
+
+# What a pipeline's Python workers import: Spark's pandas and Arrow functions need numpy, pandas
+# and pyarrow; unpickling one of rebalancer's functions needs rebalancer.
+WORKER_MODULES = ("numpy", "pandas", "pyarrow", "rebalancer")
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+_NOT_INSTALLED = re.compile(r"\[PACKAGE_NOT_INSTALLED\] (\w+) >= \S+ must be installed")
+DRIVER_VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def worker_python(spark: SparkSession | None = None) -> str:
+    """The interpreter Spark's Python workers run: the SparkContext's (PYSPARK_PYTHON when it
+    started, else python3), or what one started now would take."""
+    from pyspark import SparkContext
+
+    context = spark.sparkContext if spark is not None else SparkContext._active_spark_context
+    python = getattr(context, "pythonExec", None)
+    return str(python or os.environ.get("PYSPARK_PYTHON") or "python3")
+
+
+def worker_python_problem(python: str, missing: list[str], version: str | None = None) -> str:
+    """One paragraph for workers whose interpreter lacks `missing` (or runs another `version`):
+    which interpreter that was, and the settings that choose another."""
+    driver = DRIVER_VERSION
+    if missing:
+        what = f"cannot import {', '.join(missing)}"
+    elif version and version != driver:
+        what = f"is Python {version}, where this driver is Python {driver}"
+    else:
+        what = "could not be run"
+    return (
+        f"Spark's Python workers run {python}, which {what}. Set PYSPARK_PYTHON before the session "
+        f"starts (or spark.pyspark.python with spark-submit) to a Python {driver} that has numpy, "
+        f"pandas, pyarrow and rebalancer, such as this driver's {sys.executable}"
+        + (
+            "; or send rebalancer to the workers (SparkContext.addPyFile of a zip from "
+            "`python -m rebalancer.pipeline.ship DIR`)."
+            if missing == ["rebalancer"]
+            else "."
+        )
+    )
+
+
+def worker_import_reason(text: str) -> str:
+    """The `worker_python_problem` paragraph when `text` (a failed action's error) is a Python
+    worker that could not import one of WORKER_MODULES; "" for any other error."""
+    if "Python worker" not in text and "api.python.PythonException" not in text:
+        return ""
+    found = [match.group(1).split(".")[0] for match in _NO_MODULE.finditer(text)]
+    found += [match.group(1).lower() for match in _NOT_INSTALLED.finditer(text)]
+    missing = [name for name in WORKER_MODULES if name in found]
+    return worker_python_problem(worker_python(), missing) if missing else ""

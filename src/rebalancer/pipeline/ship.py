@@ -7,7 +7,7 @@ pyfile=True)` on Spark Connect. Only rebalancer's own pure-Python code travels: 
 pyarrow must be on the executors' Python already, or travel as a packed environment with
 `spark.archives` (docs/pipeline.md, "Running on a cluster").
 
-    python -m rebalancer.pipeline.ship dist/        # writes dist/rebalancer-VERSION.zip for --py-files
+    rebalancer pipeline ship dist/        # writes dist/rebalancer-VERSION.zip for --py-files
 """
 
 from __future__ import annotations
@@ -40,13 +40,18 @@ def package_dir() -> Path:
 def package_zip(dest: str | Path) -> Path:
     """The installed package as a zip whose top level is `rebalancer/`, ready for `--py-files`.
 
-    `dest` is the zip's path, or an existing directory to write `rebalancer-VERSION.zip` into.
+    `dest` is the zip's path (a name ending in .zip), or a directory to write
+    `rebalancer-VERSION.zip` into; either's missing directories are created, so `ship dist/` works
+    in a fresh clone.
     """
     target = Path(dest)
-    if target.is_dir():
+    if target.is_dir() or target.suffix.lower() != ".zip":
+        if target.exists() and not target.is_dir():
+            raise ValueError(f"dest must be a directory or a .zip path, got the file {dest}")
+        target.mkdir(parents=True, exist_ok=True)
         target = target / f"rebalancer-{rebalancer.__version__}.zip"
-    if target.suffix != ".zip":
-        raise ValueError(f"dest must be a directory or a .zip path, got {dest}")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
     root = package_dir()
     count = 0
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -86,18 +91,7 @@ def shipped(spark: SparkSession) -> Iterator[Path]:
         yield archive
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m rebalancer.pipeline.ship [DEST_DIR_OR_ZIP]", file=sys.stderr)
-        return 2
-    try:
-        print(package_zip(args[0] if args else Path.cwd()))
-    except (ValueError, OSError) as exc:
-        print(f"rebalancer.pipeline.ship: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+if __name__ == "__main__":  # `python -m rebalancer.pipeline.ship DEST`, as before: the command's
+    from rebalancer.cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["pipeline", "ship", *sys.argv[1:]]))

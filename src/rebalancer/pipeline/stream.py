@@ -29,21 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline.batch import count_input, skew_ratio, write_json
-from rebalancer.pipeline.dispatch import PARTITIONINGS, dispatch
-from rebalancer.pipeline.framework import Routing, route_types, run_handlers
-from rebalancer.pipeline.ingest import (
-    REASONS,
-    InputSpec,
-    accepted_rows,
-    cacheable_rows,
-    check_output,
-    classify,
-    input_name,
-    quarantine_rows,
-    read_stream,
-)
-from rebalancer.pipeline.paths import OutputPath, output_path
+from rebalancer.balance.metrics import max_over_median
+from rebalancer.pipeline.contract import REASONS, SKEW_DIGITS
+from rebalancer.pipeline.core import PassTarget, run_pass
+from rebalancer.pipeline.dispatch import PARTITIONINGS
+from rebalancer.pipeline.framework import Routing
+from rebalancer.pipeline.ingest import InputSpec, check_output, input_name, read_stream
+from rebalancer.pipeline.paths import OutputPath, output_path, write_json
 from rebalancer.pipeline.session import is_connect, pipeline_conf
 from rebalancer.pipeline.slots import (
     WHOLE,
@@ -58,6 +50,7 @@ from rebalancer.pipeline.slots import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from rebalancer.pipeline.contract import Input
     from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
 
@@ -314,7 +307,7 @@ class BatchProcessor:
             len(plan.owner),
             n,
             sum(1 for _, old, _ in plan.moves if old >= 0),
-            skew_ratio(plan.load_after),
+            max_over_median(plan.load_after, SKEW_DIGITS),
         )
         return plan
 
@@ -346,72 +339,40 @@ class BatchProcessor:
                 self.on_batch(progress)
 
     def _process(self, frame: DataFrame, batch_id: int) -> None:
-        """Write the batch's outputs, then count it in the (unsaved) state."""
-        from pyspark import StorageLevel
+        """Write the batch's outputs (the pass every run makes), then count it in the (unsaved) state."""
 
-        classified = cacheable_rows(classify(frame)).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            counts = count_input(classified, self.config.partitions)
-            routing = route_types(self.handlers, counts)
+        def plan_for(routing: Routing) -> SlotPlan:
             builtin = routing.builtin_counts
-            plan = self.current_plan(builtin.type_counts, builtin.bucket_counts, batch_id)
-            (
-                quarantine_rows(classified)
-                .write.mode("overwrite")
-                .parquet(str(self.out / "quarantine" / f"batch_id={batch_id}"))
-            )
-            job = dispatch(
-                routing.builtin_rows(accepted_rows(classified)),
-                self.config.partitioning,
-                self.config.partitions,
-                plan,
-            )
-            # Kept for the sink, which would otherwise run the grouped map a second time.
-            metrics = (
-                job.metrics.persist(StorageLevel.MEMORY_AND_DISK) if self.sink is not None else job.metrics
-            )
-            (
-                metrics.write.mode("overwrite")
-                .partitionBy("date")
-                .parquet(str(self.out / "metrics" / f"batch_id={batch_id}"))
-            )
-            task_rows, task_seconds = job.task_stats()
-            stores = self.checkpoint / "rebalancer" if self.checkpoint is not None else None
-            kept: dict[str, DataFrame] | None = {} if self.sink is not None else None
-            sections = run_handlers(
-                routing,
-                classified,
-                self.out,
-                stores,
-                self.config.partitions,
-                self.cost,
-                lambda _stage: None,
-                batch_id=batch_id,
-                keep=kept,
-            )
-            if self.sink is not None:
-                from rebalancer.pipeline.sinks import write_stream_outputs
+            return self.current_plan(builtin.type_counts, builtin.bucket_counts, batch_id)
 
-                # The batch's tables and its rebalancer_batches row commit together; a replay is skipped.
-                try:
-                    outputs = {"metrics": metrics, "quarantine": quarantine_rows(classified), **(kept or {})}
-                    write_stream_outputs(
-                        self.sink,
-                        outputs,
-                        self.checkpoint or self.out / "_checkpoint",
-                        batch_id,
-                        self.state.data.setdefault("sink", {}),
-                        keys=routing.pipeline.table_keys(frame.sparkSession),
-                    )
-                finally:
-                    metrics.unpersist()
-                    for kept_frame in (kept or {}).values():
-                        kept_frame.unpersist()
-            if self.config.crash_after_batch == batch_id:
-                raise InjectedCrash(f"injected crash after writing batch {batch_id}")
-        finally:
-            classified.unpersist()
-        self._apply(counts, task_rows, task_seconds, batch_id, routing, sections)
+        def sink_write(frames: dict[str, DataFrame], keys: Any) -> None:
+            from rebalancer.pipeline.sinks import write_stream_outputs
+
+            assert self.sink is not None
+            # The batch's tables and its rebalancer_batches row commit together; a replay is skipped.
+            write_stream_outputs(
+                self.sink,
+                frames,
+                self.checkpoint or self.out / "_checkpoint",
+                batch_id,
+                self.state.data.setdefault("sink", {}),
+                keys=keys,
+            )
+
+        stores = self.checkpoint / "rebalancer" if self.checkpoint is not None else None
+        done = run_pass(
+            frame,
+            PassTarget(self.out, batch_id, stores=stores),
+            self.config.partitioning,
+            self.config.partitions,
+            plan_for,
+            handlers=self.handlers,
+            cost=self.cost,
+            sink_write=sink_write if self.sink is not None else None,
+        )
+        if self.config.crash_after_batch == batch_id:
+            raise InjectedCrash(f"injected crash after writing batch {batch_id}")
+        self._apply(done.counts, done.task_rows, done.task_seconds, batch_id, done.routing, done.handler_sections)
 
     def _apply(
         self,
@@ -480,7 +441,7 @@ def _progress(before: dict[str, Any], after: dict[str, Any], batch_id: int, seco
         accepted=totals["accepted"] - previous["accepted"],
         quarantined=totals["quarantined"] - previous["quarantined"],
         seconds=round(seconds, 3),
-        skew_ratio=skew_ratio(task_rows),
+        skew_ratio=max_over_median(task_rows, SKEW_DIGITS),
         replanned=after["plans"] > before["plans"],
         moves=after["moves"] - before["moves"],
     )
@@ -540,7 +501,7 @@ class _QuietStop:
         self._set_jvm("ERROR")
 
 
-def stream_reader(spark: SparkSession, spec: InputSpec, files_per_batch: int) -> DataFrame:
+def stream_reader(spark: SparkSession, spec: InputSpec | Input, files_per_batch: int) -> DataFrame:
     return read_stream(spark, spec, files_per_batch)
 
 
@@ -554,6 +515,7 @@ def run_stream(
     handlers: Pipeline | None = None,
     cost: str = "rows",
     on_batch: Callable[[BatchProgress], None] | None = None,
+    output_mode: str | None = None,
 ) -> dict[str, Any]:
     """Run until the input is drained (available_now), `max_batches` are done, or Ctrl-C.
 
@@ -589,6 +551,7 @@ def run_stream(
             handlers=handlers,
             cost=cost,
             on_batch=on_batch,
+            output_mode=output_mode,
         )
 
 
@@ -603,6 +566,7 @@ def _run_stream(
     handlers: Pipeline | None = None,
     cost: str = "rows",
     on_batch: Callable[[BatchProgress], None] | None = None,
+    output_mode: str | None = None,
 ) -> dict[str, Any]:
     from pyspark.errors import StreamingQueryException
 
@@ -670,7 +634,14 @@ def _run_stream(
         with processor.lock:  # the callback thread is done with the state once the query has stopped
             data = copy.deepcopy(state.data)
     return write_stream_summary(
-        out, spec, config, data, time.perf_counter() - started, reports, interrupted=interrupted
+        out,
+        spec,
+        config,
+        data,
+        time.perf_counter() - started,
+        reports,
+        interrupted=interrupted,
+        output_mode=output_mode,
     )
 
 
@@ -845,6 +816,7 @@ def write_stream_summary(
     elapsed: float,
     reports: OutputPath | None = None,
     interrupted: bool = False,
+    output_mode: str | None = None,
 ) -> dict[str, Any]:
     totals = data["totals"]
     summary = {
@@ -852,6 +824,7 @@ def write_stream_summary(
         "input": input_name(spec),
         "format": spec.format,
         "output": str(out),
+        "output_mode": output_mode,
         "ingested": totals["ingested"],
         "accepted": totals["accepted"],
         "quarantined": totals["quarantined"],
@@ -866,7 +839,7 @@ def write_stream_summary(
         "elapsed_s": round(elapsed, 3),
         "task_rows": data["task_rows"],
         "task_seconds": data["task_seconds"],
-        "skew_ratio": skew_ratio(data["task_rows"]),
+        "skew_ratio": max_over_median(data["task_rows"], SKEW_DIGITS),
         "handled": data["totals"]["accepted"] - sum(data.get("unhandled_types", {}).values()),
         "unhandled": sum(data.get("unhandled_types", {}).values()),
         "unhandled_types": data.get("unhandled_types", {}),

@@ -7,7 +7,7 @@ require_extra("rebalancer.produce", "kafka", ("aiokafka",))
 from aiokafka.structs import TopicPartition
 
 from rebalancer.produce.collector import BrokerBatchCollector, Send
-from rebalancer.produce.config import CollectorConfig
+from rebalancer.produce.config import CollectorConfig, ProducerConfig
 from rebalancer.produce.errors import ProducerStoppedError, TransactionAbortedError
 from rebalancer.produce.producer import BatchingProducer
 
@@ -15,6 +15,7 @@ __all__ = [
     "BatchingProducer",
     "BrokerBatchCollector",
     "CollectorConfig",
+    "ProducerConfig",
     "ProducerStoppedError",
     "Send",
     "TopicPartition",

@@ -21,8 +21,9 @@ import copy
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable
 
+from aiokafka import codec
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import (
@@ -32,11 +33,13 @@ from aiokafka.errors import (
     ProducerFenced,
     TransactionalIdAuthorizationFailed,
 )
+from aiokafka.partitioner import murmur2
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import Sender, SendProduceReqHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
-from aiokafka.structs import TopicPartition
-from aiokafka.util import create_task
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
+from aiokafka.util import INTEGER_MAX_VALUE, commit_structure_validate, create_task
 
 from rebalancer.produce.collector import BrokerBatchCollector, Send
 from rebalancer.produce.errors import ProducerStoppedError
@@ -48,6 +51,12 @@ __all__ = [
     "Accumulator",
     "Batch",
     "BatchingSender",
+    "Transactions",
+    "has_codec",
+    "murmur2_partition",
+    "new_builder",
+    "record_size",
+    "validate_offsets",
     "wait_on_metadata",
 ]
 
@@ -55,8 +64,24 @@ log = logging.getLogger(__name__)
 
 # Every private aiokafka name used below, by owner. The contract tests check each one.
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "aiokafka.producer.message_accumulator.BatchBuilder": ("_builder", "_relative_offset", "_closed"),
-    "aiokafka.producer.message_accumulator.MessageBatch": ("_builder", "_drain_waiter"),
+    "aiokafka.producer.message_accumulator.BatchBuilder": (
+        "_builder",
+        "_relative_offset",
+        "_closed",
+        "_buffer",
+        "_key_serializer",
+        "_value_serializer",
+    ),
+    "aiokafka.producer.message_accumulator.MessageBatch": (
+        "_builder",
+        "_drain_waiter",
+        "_tp",
+        "_ttl",
+        "_linger_time",
+        "_ctime",
+        "_msg_futures",
+        "_retry_count",
+    ),
     "aiokafka.producer.message_accumulator.MessageAccumulator": (
         "_batches",
         "_pending_batches",
@@ -89,15 +114,108 @@ async def wait_on_metadata(client: AIOKafkaClient, topic: str) -> set[int]:
     return await client._wait_on_metadata(topic)
 
 
+def has_codec(name: str) -> bool:
+    """Whether aiokafka can compress with `name` here (snappy, lz4 and zstd need cramjam)."""
+    return bool(getattr(codec, f"has_{name}")())
+
+
+def record_size(key: bytes | None, value: bytes | None) -> int:
+    """The exact size of a one-record batch, as aiokafka's builder writes it."""
+    return int(DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, []))
+
+
+def murmur2_partition(key: bytes, count: int) -> int:
+    """The Java client's (and librdkafka's `murmur2`) partition of `key`."""
+    return (murmur2(key) & 0x7FFFFFFF) % count
+
+
+def validate_offsets(offsets: dict[TopicPartition, object]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """aiokafka's own structure check of a transaction's offsets; raises ValueError/TypeError/AssertionError."""
+    return commit_structure_validate(offsets)
+
+
+class Transactions:
+    """The producer's calls into aiokafka's TransactionManager (idempotent sequences, transaction state).
+
+    Here so that the producer module uses aiokafka's public names only.
+    """
+
+    def __init__(self, transactional_id: str | None, timeout_ms: int) -> None:
+        self.transactional_id = transactional_id
+        # Idempotence without transactions: aiokafka's own "no timeout" value.
+        self.manager = TransactionManager(
+            transactional_id, timeout_ms if transactional_id is not None else INTEGER_MAX_VALUE
+        )
+
+    @property
+    def state_name(self) -> str:
+        return str(self.manager.state.name.lower())
+
+    def is_ready(self) -> bool:
+        return bool(self.manager.state == TransactionState.READY)
+
+    def in_transaction(self) -> bool:
+        return bool(self.manager.is_in_transaction())
+
+    def can_abort(self) -> bool:
+        return self.manager.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
+
+    async def begin(self) -> None:
+        await asyncio.shield(self.manager.wait_for_pid())
+        self.manager.begin_transaction()
+
+    async def add_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata], group_id: str) -> None:
+        await asyncio.shield(self.manager.add_offsets_to_txn(offsets, group_id))
+
+    async def commit(self) -> None:
+        """EndTxn(commit); raises at once if the transaction can only be aborted."""
+        self.manager.committing_transaction()
+        await asyncio.shield(self.manager.wait_for_transaction_end())
+
+    async def abort(self) -> None:
+        self.manager.aborting_transaction()
+        await asyncio.shield(self.manager.wait_for_transaction_end())
+
+
+def new_builder(batch_size: int, compression: int, transactional: bool) -> BatchBuilder:
+    """aiokafka's BatchBuilder, its state set directly around the C record builder.
+
+    Below one message per partition per window every message gets its own batch, and
+    BatchBuilder.__init__'s keyword handling costs about as much as the C builder itself.
+    """
+    builder = BatchBuilder.__new__(BatchBuilder)
+    builder._builder = DefaultRecordBatchBuilder(2, compression, int(transactional), -1, -1, 0, batch_size)
+    builder._relative_offset = 0
+    builder._buffer = None
+    builder._closed = False
+    builder._key_serializer = None
+    builder._value_serializer = None
+    return builder
+
+
 class Batch(MessageBatch):
     """A partition batch whose message futures resolve to (partition, offset) and feed the counters."""
 
     def __init__(
-        self, tp: TopicPartition, builder: BatchBuilder, ttl: float, counters: DeliveryCounters
+        self,
+        tp: TopicPartition,
+        builder: BatchBuilder,
+        ttl: float,
+        counters: DeliveryCounters,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
-        super().__init__(tp, builder, ttl, 0.0)
+        # MessageBatch.__init__'s state, with C futures made directly: its two create_future() calls
+        # cost two Python frames each, once per message below one message per partition per window.
+        self._builder = builder
+        self._tp = tp
+        self._ttl = ttl
+        self._linger_time = 0.0
+        self._ctime = self.created = time.monotonic()
+        self.future: asyncio.Future = _Future(loop=loop)
+        self._msg_futures: list = []  # aiokafka's per-message list, unused here (self.futures)
+        self._drain_waiter: asyncio.Future = _Future(loop=loop)
+        self._retry_count = 0
         self.counters = counters
-        self.created = time.monotonic()
         self.sent_at: list[float] = []
         self.futures: list[asyncio.Future] = []
         self.nbytes = 0
@@ -197,6 +315,9 @@ class Accumulator(MessageAccumulator):
         self.counters = counters
         self.loop = loop
         self.ttl = ttl
+        self.batch_size = batch_size
+        self.compression = compression
+        self.transactional = txn_manager is not None and txn_manager.transactional_id is not None
         self.idempotent = txn_manager is not None
         self.txn_gate = (
             txn_manager if txn_manager is not None and txn_manager.transactional_id is not None else None
@@ -207,6 +328,7 @@ class Accumulator(MessageAccumulator):
         self.wakeup_timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.fatal: BaseException | None = None
+        self.on_sent: Callable[[TopicPartition], None] | None = None  # a partition's batch went into a send
 
     def wake(self) -> None:
         if not self._waiter_future.done():
@@ -227,7 +349,8 @@ class Accumulator(MessageAccumulator):
             batch = queue[-1]
             future = batch.add(key, value, now, self.loop)
         if future is None:
-            batch = Batch(tp, self.create_builder(), self.ttl, self.counters)
+            batch = Batch(tp, new_builder(self.batch_size, self.compression, self.transactional), self.ttl,
+                          self.counters, self.loop)  # fmt: skip
             if queue is None:
                 queue = self._batches[tp] = deque()
             queue.append(batch)
@@ -321,6 +444,8 @@ class Accumulator(MessageAccumulator):
                     batch.done_noack()
                     continue
                 batches[tp] = batch
+                if self.on_sent is not None:
+                    self.on_sent(tp)
                 rest = self._batches.get(tp)
                 if rest:  # more than one batch queued: the rest waits for the next send
                     self.collector.add(send.broker, tp, sum(b.nbytes for b in rest), oldest=rest[0].created)
@@ -489,28 +614,26 @@ class BatchingSender(Sender):
     async def send_planned(self, send: Send, batches: dict[TopicPartition, MessageBatch]) -> None:
         counters = self.counters
         counters.requests += 1
-        counters.request_msgs += sum(b.record_count for b in batches.values())
+        counters.request_msgs += sum([len(b.sent_at) for b in batches.values()])
         handler = SendProduceReqHandler(self, batches)
         started = time.monotonic()
+        fatal: BaseException | None = None
         try:
             await handler.do(send.broker)
         finally:
             rtt_ms = (time.monotonic() - started) * 1000.0
-            ok = all(_succeeded(b.future) for b in batches.values())
+            # One pass, no call per batch: with one message per partition a request carries thousands.
+            ok = True
+            for batch in batches.values():
+                future = batch.future
+                if not future.done() or future.cancelled():
+                    ok = False
+                    continue
+                exc = future.exception()
+                if exc is not None:
+                    ok = False
+                    if fatal is None and isinstance(exc, FATAL_ERRORS):
+                        fatal = exc
             self.accumulator.collector.complete(send, rtt_ms=rtt_ms, ok=ok)
-        fatal = _first_fatal(b.future for b in batches.values())
         if fatal is not None:
             raise copy.copy(fatal)
-
-
-def _succeeded(future: asyncio.Future) -> bool:
-    return future.done() and not future.cancelled() and future.exception() is None
-
-
-def _first_fatal(futures: Iterable[asyncio.Future]) -> BaseException | None:
-    for future in futures:
-        if future.done() and not future.cancelled():
-            exc = future.exception()
-            if isinstance(exc, FATAL_ERRORS):
-                return exc
-    return None

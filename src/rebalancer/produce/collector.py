@@ -11,12 +11,17 @@ Rules (issue 4, with the fork's two lessons built in):
   timestamp, so already-old messages do not fire it at once (the seed's own fix).
 - Partitions go oldest-first; ties are broken by a round-robin resume pointer that continues after
   the last partition sent, so equal-aged partitions take turns and none starves.
-- A request stops at max.request.size; the rest goes into the next request.
+- A request stops at message.max.bytes (alias max.request.size); the rest goes into the next request.
 - At most max.in.flight.requests.per.connection sends per broker are in flight. A full window holds
   the due partitions (they are not dropped and not sent) until `complete` frees a slot; the hold is
   counted (`window_waits`, `window_wait_ms`).
 - A partition with a send in flight is not sent again until that send completes, which keeps
-  per-partition ordering (and idempotent sequences) intact.
+  per-partition ordering (and idempotent sequences) intact. Its new data keeps the time it was
+  added: if the window expires meanwhile, it goes as soon as the send completes, so no message
+  waits longer than broker.linger.ms plus one RTT (the seed's promise; C15 of issue 36).
+- Adaptive mode is the seed's AIMD on two effective values per broker: the max wait (the linger
+  in use) and the min partitions (an early-send partition count), both halved on congestion and
+  raised additively when healthy (C23, C24).
 """
 
 from __future__ import annotations
@@ -33,10 +38,14 @@ from rebalancer.produce.stats import LogHistogram
 __all__ = [
     "ADAPTIVE_CONGESTED_RATIO",
     "ADAPTIVE_DECREASE",
-    "ADAPTIVE_FLOOR_FRACTION",
     "ADAPTIVE_HEALTHY_RATIO",
+    "ADAPTIVE_PARTITIONS_CAP",
+    "ADAPTIVE_PARTITIONS_FLOOR",
+    "ADAPTIVE_PARTITIONS_STEP",
     "ADAPTIVE_RTT_SLACK_MS",
-    "ADAPTIVE_STEP_FRACTION",
+    "ADAPTIVE_WAIT_CAP_MS",
+    "ADAPTIVE_WAIT_FLOOR_MS",
+    "ADAPTIVE_WAIT_STEP_MS",
     "REASONS",
     "SEED_TRIGGERS",
     "BrokerBatchCollector",
@@ -55,15 +64,18 @@ SEED_TRIGGERS: dict[str, tuple[str, ...]] = {
 
 log = logging.getLogger(__name__)
 
-# Adaptive mode (AIMD on an RTT EMA); see docs/produce.md for why it shrinks the linger on congestion.
+# Adaptive mode: the seed's AIMD on an RTT EMA (docs/produce.md says why congestion shrinks both).
 ADAPTIVE_EMA_WEIGHT = 1 / 8  # as in the seed: ema = 7/8 ema + 1/8 rtt
 ADAPTIVE_CONGESTED_RATIO = 1.5  # ema > 1.5 * baseline (+ slack): congested
 ADAPTIVE_HEALTHY_RATIO = 1.1  # ema < 1.1 * baseline (+ slack): healthy
 ADAPTIVE_RTT_SLACK_MS = 5.0  # sub-ms baselines jitter by several ms (scheduling, GC): not congestion
-ADAPTIVE_DECREASE = 0.5  # multiplicative decrease of the effective linger
-ADAPTIVE_STEP_FRACTION = 1 / 16  # additive increase: 1/16 of broker.linger.ms per healthy sample
-ADAPTIVE_FLOOR_FRACTION = 1 / 32  # never below 1/32 of broker.linger.ms (nor below 1 ms)
-ADAPTIVE_MIN_LINGER_MS = 1.0
+ADAPTIVE_DECREASE = 0.5  # the seed's multiplicative decrease, of both values
+ADAPTIVE_WAIT_STEP_MS = 1.0  # the seed's max wait: +1000 us when healthy,
+ADAPTIVE_WAIT_FLOOR_MS = 1.0  # never below 1 ms,
+ADAPTIVE_WAIT_CAP_MS = 100.0  # never above 100 ms (nor above broker.linger.ms, the latency promise)
+ADAPTIVE_PARTITIONS_STEP = 10  # the seed's min partitions: +10 when healthy,
+ADAPTIVE_PARTITIONS_FLOOR = 1  # never below 1,
+ADAPTIVE_PARTITIONS_CAP = 1000  # never above 1000 (or broker.batch.max.partitions where that is set)
 # Deadlines compare float seconds; a nanosecond of rounding must not delay a send by a whole poll.
 _EPS = 1e-9
 
@@ -105,7 +117,8 @@ class _Broker:
     # adaptive state
     rtt_ema_ms: float | None = None
     rtt_base_ms: float | None = None
-    linger_ms: float = 0.0
+    linger_ms: float = 0.0  # the effective max wait
+    min_partitions: int = -1  # the effective early-send partition count (-1: off)
     last_decrease: float = float("-inf")
     # per-broker stats (the seed's metrics)
     sends: int = 0
@@ -146,9 +159,24 @@ class BrokerBatchCollector:
     def _broker(self, broker: Hashable) -> _Broker:
         state = self._brokers.get(broker)
         if state is None:
-            state = _Broker(linger_ms=self.config.broker_linger_ms)
+            state = self._new_broker()
             self._brokers[broker] = state
         return state
+
+    def _new_broker(self) -> _Broker:
+        cfg = self.config
+        if not cfg.adaptive:
+            return _Broker(linger_ms=cfg.broker_linger_ms, min_partitions=cfg.batch_max_partitions)
+        return _Broker(linger_ms=self._wait_bounds()[1], min_partitions=self._partition_cap())
+
+    def _wait_bounds(self) -> tuple[float, float]:
+        """The adaptive max wait's floor and cap: the seed's 1..100 ms, never above broker.linger.ms."""
+        linger = self.config.broker_linger_ms
+        return min(ADAPTIVE_WAIT_FLOOR_MS, linger), min(ADAPTIVE_WAIT_CAP_MS, linger)
+
+    def _partition_cap(self) -> int:
+        configured = self.config.batch_max_partitions
+        return configured if configured > 0 else ADAPTIVE_PARTITIONS_CAP
 
     def add(self, broker: Hashable, partition: Hashable, nbytes: int, *, oldest: float | None = None) -> bool:
         """Partition has `nbytes` more data for `broker`.
@@ -175,7 +203,8 @@ class BrokerBatchCollector:
             if ordinal is None:
                 ordinal = state.ordinals[partition] = len(state.ordinals)
             state.parts[partition] = _Part(nbytes, now if oldest is None else oldest, now, ordinal)
-            if state.first_add is None:
+            # A partition with a request in flight joins the window when `complete` frees it.
+            if state.first_add is None and partition not in state.busy:
                 state.first_add = now
                 state.total_bytes += nbytes
                 return True
@@ -184,9 +213,8 @@ class BrokerBatchCollector:
             if oldest is not None and oldest < part.oldest:
                 part.oldest = oldest
         state.total_bytes += nbytes
-        cfg = self.config
-        return (0 < cfg.batch_max_partitions <= len(state.parts)) or (
-            0 < cfg.batch_max_bytes <= state.total_bytes
+        return (0 < state.min_partitions <= len(state.parts)) or (
+            0 < self.config.batch_max_bytes <= state.total_bytes
         )
 
     def discard(self, broker: Hashable, partition: Hashable) -> int:
@@ -199,7 +227,7 @@ class BrokerBatchCollector:
             return 0
         state.total_bytes -= part.nbytes
         if not state.parts:
-            self._reset_window(state, None)
+            self._reset_window(state)
         return part.nbytes
 
     def discard_partition(self, partition: Hashable) -> int:
@@ -223,25 +251,33 @@ class BrokerBatchCollector:
         cfg = self.config
         if self._flushing:
             return "flush"
-        if 0 < cfg.batch_max_partitions <= len(state.parts):
+        if 0 < state.min_partitions <= len(state.parts):
             return "max_partitions"
         if 0 < cfg.batch_max_bytes <= state.total_bytes:
             return "max_bytes"
         if cfg.legacy_linger_ms is not None:
             limit = cfg.legacy_linger_ms / 1000.0
-            for part in state.parts.values():
-                if now - part.added >= limit - _EPS:
+            busy = state.busy
+            for p, part in state.parts.items():
+                if p not in busy and now - part.added >= limit - _EPS:
                     return "partition_linger"
             return None
         if state.first_add is not None and now - state.first_add >= state.linger_ms / 1000.0 - _EPS:
             return "broker_linger"
         return None
 
-    def _reset_window(self, state: _Broker, now: float | None) -> None:
+    def _reset_window(self, state: _Broker) -> None:
+        """The window of what is left: partitions not in flight, from the earliest time one was added.
+
+        Data of partitions in flight joins on `complete`, with the time it was added, so a window
+        never restarts for it (C15), and never fires early for the others because of it.
+        """
         state.due_reason = None
         state.due_since = None
         state.held_since = None
-        state.first_add = now if state.parts else None
+        busy = state.busy
+        free = [part.added for p, part in state.parts.items() if p not in busy]
+        state.first_add = min(free) if free else None
 
     def poll(self) -> list[Send]:
         """Every send that is due now, at most as many per broker as its in-flight window allows."""
@@ -263,21 +299,29 @@ class BrokerBatchCollector:
         cfg = self.config
         ring = max(1, len(state.ordinals))
         resume = state.resume
-        items = [(p, part) for p, part in state.parts.items() if p not in state.busy]
+        busy = state.busy
+        # Decorated tuples sort natively: a key function is one Python call per partition, and a
+        # send can carry thousands of partitions. The ordinal is unique per partition, so the third
+        # element is never compared.
+        decorated = [
+            (part.oldest, (part.ordinal - resume) % ring, p, part)
+            for p, part in state.parts.items()
+            if p not in busy
+        ]
         if cfg.legacy_linger_ms is not None and state.due_reason == "partition_linger":
             limit = cfg.legacy_linger_ms / 1000.0
-            items = [(p, part) for p, part in items if now - part.added >= limit - _EPS]
-        items.sort(key=lambda item: (item[1].oldest, (item[1].ordinal - resume) % ring))
-        return items
+            decorated = [item for item in decorated if now - item[3].added >= limit - _EPS]
+        decorated.sort()
+        return [(p, part) for _, _, p, part in decorated]
 
     def _build(self, broker: Hashable, state: _Broker, now: float) -> list[Send]:
         cfg = self.config
         eligible = self._eligible(state, now)
         if not eligible:
-            # Everything left is already in flight: start a fresh window for it instead of
-            # chasing each completion with a tiny request.
+            # Everything left has a request in flight: its window reopens when `complete` frees it,
+            # with the time its data was added, so it goes at linger + one RTT at the latest.
             if state.due_reason != "flush":
-                self._reset_window(state, now)
+                self._reset_window(state)
             return []
         free = cfg.max_in_flight - len(state.in_flight)
         if free <= 0:
@@ -339,7 +383,7 @@ class BrokerBatchCollector:
             # Window full with due partitions left: hold them (still due) until a slot frees.
             state.held_since = now
         else:
-            self._reset_window(state, now)
+            self._reset_window(state)
         return sends
 
     def _record(self, state: _Broker, send: Send) -> None:
@@ -361,14 +405,18 @@ class BrokerBatchCollector:
         if state.in_flight.pop(send.id, None) is None:
             raise ValueError(f"send {send.id} to broker {send.broker!r} is not in flight")
         state.busy.difference_update(send.partitions)
+        for partition in send.partitions:  # data that arrived meanwhile joins the window, as of its add
+            part = state.parts.get(partition)
+            if part is not None and (state.first_add is None or part.added < state.first_add):
+                state.first_add = part.added
         if self.config.adaptive and rtt_ms is not None:
             self._adapt(state, rtt_ms, ok)
 
     # -- adaptive mode -----------------------------------------------------------------------------
     def _adapt(self, state: _Broker, rtt_ms: float, ok: bool) -> None:
-        """AIMD on the RTT EMA: halve the effective linger on congestion, add back slowly when healthy."""
+        """The seed's AIMD on the RTT EMA: on congestion halve the effective max wait and min
+        partitions; when healthy add 1 ms and 10 partitions back."""
         now = self._clock()
-        configured = self.config.broker_linger_ms
         state.rtt_ema_ms = (
             rtt_ms
             if state.rtt_ema_ms is None
@@ -376,28 +424,39 @@ class BrokerBatchCollector:
         )
         state.rtt_base_ms = rtt_ms if state.rtt_base_ms is None else min(state.rtt_base_ms, rtt_ms)
         ema, base = state.rtt_ema_ms, state.rtt_base_ms
-        floor = min(configured, max(ADAPTIVE_MIN_LINGER_MS, configured * ADAPTIVE_FLOOR_FRACTION))
+        wait_floor, wait_cap = self._wait_bounds()
+        partitions_cap = self._partition_cap()
         if not ok or ema > ADAPTIVE_CONGESTED_RATIO * base + ADAPTIVE_RTT_SLACK_MS:
             # At most one decrease per RTT, like TCP's once per window: one congestion episode
-            # reported by five in-flight responses must not cut the linger by 32x.
+            # reported by five in-flight responses must not cut the values by 32x.
             if (now - state.last_decrease) * 1000.0 >= ema:
-                state.linger_ms = max(floor, state.linger_ms * ADAPTIVE_DECREASE)
+                state.linger_ms = max(wait_floor, state.linger_ms * ADAPTIVE_DECREASE)
+                state.min_partitions = max(ADAPTIVE_PARTITIONS_FLOOR, int(state.min_partitions * ADAPTIVE_DECREASE))
                 state.last_decrease = now
                 self._adaptive_decreases += 1
-        elif ema < ADAPTIVE_HEALTHY_RATIO * base + ADAPTIVE_RTT_SLACK_MS and state.linger_ms < configured:
-            state.linger_ms = min(configured, state.linger_ms + configured * ADAPTIVE_STEP_FRACTION)
+        elif ema < ADAPTIVE_HEALTHY_RATIO * base + ADAPTIVE_RTT_SLACK_MS and (
+            state.linger_ms < wait_cap or state.min_partitions < partitions_cap
+        ):
+            state.linger_ms = min(wait_cap, state.linger_ms + ADAPTIVE_WAIT_STEP_MS)
+            state.min_partitions = min(partitions_cap, state.min_partitions + ADAPTIVE_PARTITIONS_STEP)
             self._adaptive_increases += 1
 
     def effective_linger_ms(self, broker: Hashable) -> float:
-        """The linger the broker uses now (broker.linger.ms unless adaptive mode moved it)."""
-        state = self._brokers.get(broker)
-        return state.linger_ms if state is not None else self.config.broker_linger_ms
+        """The linger (max wait) the broker uses now: broker.linger.ms unless adaptive mode moved it."""
+        state = self._brokers.get(broker) or self._new_broker()
+        return state.linger_ms
+
+    def effective_min_partitions(self, broker: Hashable) -> int:
+        """The partition count that sends early (-1: off): broker.batch.max.partitions, or adaptive mode's."""
+        state = self._brokers.get(broker) or self._new_broker()
+        return state.min_partitions
 
     # -- introspection -----------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
         """Clock time of the earliest linger expiry among idle, non-empty brokers; None if none pending.
 
-        Due-but-held brokers are not listed: they wake up on `complete`, not on the clock.
+        Due-but-held brokers are not listed: they wake up on `complete`, not on the clock; nor are
+        partitions in flight (they rejoin on `complete`).
         """
         best: float | None = None
         legacy = self.config.legacy_linger_ms
@@ -405,7 +464,11 @@ class BrokerBatchCollector:
             if not state.parts or state.due_reason is not None:
                 continue
             if legacy is not None:
-                deadline = min(part.added for part in state.parts.values()) + legacy / 1000.0
+                busy = state.busy
+                free = [part.added for p, part in state.parts.items() if p not in busy]
+                if not free:
+                    continue
+                deadline = min(free) + legacy / 1000.0
             elif state.first_add is not None:
                 deadline = state.first_add + state.linger_ms / 1000.0
             else:
@@ -437,6 +500,23 @@ class BrokerBatchCollector:
         return bool(state and state.held_since is not None)
 
     def stats(self) -> dict[str, object]:
+        """Totals since the collector was made; every time in milliseconds. Keys:
+
+        - ``sends``: requests planned (a `Send`: one ProduceRequest to one broker);
+        - ``partitions_per_send_avg``, ``partitions_per_send_max``: partitions one send carried;
+        - ``wait_ms_avg``, ``wait_ms_p99``: from a broker window's first ready partition to its send;
+        - ``triggers_by_reason``: sends per reason (`flush`, `max_partitions`, `max_bytes`,
+          `broker_linger`; `partition_linger` in legacy mode, listed once it happened);
+        - ``in_flight``: sends whose response has not come back yet;
+        - ``window_waits``, ``window_wait_ms_total``: sends held because `max.in.flight` requests
+          were already out at their broker, and the milliseconds they were held in all;
+        - ``split_sends``: extra sends made when one broker's due partitions did not fit one request
+          (`max.request.size`);
+        - ``adaptive_decreases``, ``adaptive_increases``: adaptive mode's cuts and raises of a
+          broker's linger and minimum partitions;
+        - ``effective_linger_ms``, ``effective_min_partitions``: per broker, the values in use now;
+        - ``brokers``: per broker, `broker_stats(broker)` (the seed's `batch_collector_*` metrics).
+        """
         sends = self._sends
         return {
             "sends": sends,
@@ -452,12 +532,13 @@ class BrokerBatchCollector:
             "adaptive_decreases": self._adaptive_decreases,
             "adaptive_increases": self._adaptive_increases,
             "effective_linger_ms": {b: s.linger_ms for b, s in self._brokers.items()},
+            "effective_min_partitions": {b: s.min_partitions for b, s in self._brokers.items()},
             "brokers": {b: self.broker_stats(b) for b in self._brokers},
         }
 
     def broker_stats(self, broker: Hashable) -> dict[str, object]:
         """The seed's per-broker metrics (`batch_collector_*`), plus in-flight waits and the linger in use."""
-        state = self._brokers.get(broker) or _Broker(linger_ms=self.config.broker_linger_ms)
+        state = self._brokers.get(broker) or self._new_broker()
         sends = state.sends
         stats: dict[str, object] = {
             "batch_collector_sends": sends,
@@ -474,6 +555,7 @@ class BrokerBatchCollector:
                 "batch_collector_in_flight": len(state.in_flight),
                 "batch_collector_pending_partitions": len(state.parts),
                 "batch_collector_effective_linger_ms": state.linger_ms,
+                "batch_collector_effective_min_partitions": state.min_partitions,
             }
         )
         return stats

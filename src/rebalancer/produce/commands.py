@@ -35,10 +35,22 @@ def register(parser: argparse.ArgumentParser) -> None:
     demo.set_defaults(func=cmd_demo)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+# BatchingProducer.stats() keys the demo shows, as people read them (units in parentheses).
+DEMO_METRICS = (
+    ("sends", "sends (planned ProduceRequests, the warm-up's included)"),
+    ("partitions_per_send_avg", "partitions per send (mean)"),
+    ("msgs_per_request", "messages per ProduceRequest (mean)"),
+    ("wait_ms_avg", "linger before a send (ms, mean)"),
+    ("latency_ms_p50", "send-to-ack latency p50 (ms)"),
+    ("latency_ms_p99", "send-to-ack latency p99 (ms)"),
+    ("acked", "acked (messages)"),
+    ("failed", "failed (messages)"),
+)
 
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_table
     from rebalancer.produce import BatchingProducer
     from rebalancer.testing import MockKafkaCluster
 
@@ -74,15 +86,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cluster.create_topic("demo", partitions=args.partitions)
         stats = asyncio.run(run(cluster.bootstrap_servers, cluster))
         counted = cluster.produce_requests()
-    table = Table(title=f"{args.messages:,} messages, {args.partitions} partitions, {args.brokers} brokers")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("ProduceRequests (broker-counted)", f"{sum(counted.values()):,}")
-    for key in ("sends", "partitions_per_send_avg", "msgs_per_request", "wait_ms_avg", "latency_ms_p50",
-                "latency_ms_p99", "acked", "failed"):  # fmt: skip
+    rows = [["ProduceRequests (counted by the brokers)", f"{sum(counted.values()):,}"]]
+    for key, label in DEMO_METRICS:
         number = stats[key]
-        table.add_row(key, f"{number:,.1f}" if isinstance(number, float) else f"{number:,}")
-    table.add_row("triggers_by_reason", str(stats["triggers_by_reason"]))
-    table.add_row("elapsed s", f"{time.monotonic() - started:.1f}")
-    Console(markup=False).print(table)
+        rows.append([label, f"{number:,.1f}" if isinstance(number, float) else f"{number:,}"])
+    triggers = stats["triggers_by_reason"]
+    assert isinstance(triggers, dict)
+    rows.append(["sends by trigger", ", ".join(f"{reason} {n:,}" for reason, n in triggers.items()) or "none"])
+    rows.append(["elapsed (s)", f"{time.monotonic() - started:.1f}"])
+    title = f"{args.messages:,} messages, {args.partitions} partitions, {args.brokers} brokers"
+    print_table(make_console(), title, ["metric", "value"], rows, right=["value"])
     return 0 if stats["failed"] == 0 else 1

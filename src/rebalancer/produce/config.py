@@ -15,6 +15,7 @@ import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rebalancer._numbers import parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
@@ -24,25 +25,57 @@ from rebalancer._secrets import is_secret_key as _is_secret_key
 __all__ = [
     "COLLECTOR_DEFAULTS",
     "COLLECTOR_KEYS",
+    "PARTITIONERS",
+    "PRODUCER_DEFAULTS",
     "SECRET_KEY_WORDS",
     "CollectorConfig",
+    "ProducerConfig",
     "check_known_keys",
     "is_secret_key",
     "parse_bool",
     "parse_int",
     "parse_ms",
+    "producer_keys",
 ]
 
-COLLECTOR_DEFAULTS: dict[str, object] = {
+# The one defaults table of every producer key (security keys: SecuritySettings, which this
+# module's ProducerConfig calls). librdkafka's keys with librdkafka's defaults, except where
+# docs/produce.md's "Defaults against librdkafka" table gives the reason for another value.
+PRODUCER_DEFAULTS: dict[str, object] = {
+    "bootstrap.servers": None,  # required
+    "client.id": "rebalancer-producer",
+    "acks": "all",
+    "enable.idempotence": False,
+    "transactional.id": None,
+    "transaction.timeout.ms": 60_000,
+    "request.timeout.ms": 30_000,
+    "retry.backoff.ms": 100,
+    "delivery.timeout.ms": 300_000,
+    "batch.size": 1_000_000,
+    "compression.type": None,
+    "metadata.max.age.ms": 900_000,
+    "queue.buffering.max.messages": 100_000,
+    "partitioner": "consistent_random",
+    "sticky.partitioning.linger.ms": 10,
     "broker.linger.ms": 5,
     "broker.batch.max.partitions": -1,
     "broker.batch.max.bytes": -1,
-    "max.request.size": 1_048_576,
+    "message.max.bytes": 1_000_000,
     "max.in.flight.requests.per.connection": 5,
     "broker.adaptive": False,
 }
+_COLLECTOR_NAMES = (
+    "broker.linger.ms",
+    "broker.batch.max.partitions",
+    "broker.batch.max.bytes",
+    "message.max.bytes",
+    "max.in.flight.requests.per.connection",
+    "broker.adaptive",
+)
+COLLECTOR_DEFAULTS: dict[str, object] = {key: PRODUCER_DEFAULTS[key] for key in _COLLECTOR_NAMES}  # a view
 # `linger.ms` is accepted (deprecated) but has no default: its presence changes behaviour.
-COLLECTOR_KEYS: tuple[str, ...] = (*COLLECTOR_DEFAULTS, "linger.ms")
+# `max.request.size` is the Java client's name for librdkafka's `message.max.bytes`: accepted as an alias.
+COLLECTOR_KEYS: tuple[str, ...] = (*COLLECTOR_DEFAULTS, "linger.ms", "max.request.size")
 # SECRET_KEY_WORDS (rebalancer._secrets) make any key a secret, on top of security.SECRET_KEYS.
 
 
@@ -88,8 +121,9 @@ def parse_ms(key: str, value: object) -> float:
 
 
 def parse_int(key: str, value: object, *, minimum: int, allow_off: bool = False) -> int:
-    """An integer >= `minimum`, or -1 (off) when `allow_off`; a string is decimal digits with an
-    optional sign (not isdigit(): it is true for '²', and lstrip("-") let '--5' through)."""
+    """An integer >= `minimum`, or -1 (off) for any value <= 0 when `allow_off` (the seed applies its
+    thresholds "if > 0", so 0 is off too); a string is decimal digits with an optional sign (not
+    isdigit(): it is true for '²', and lstrip("-") let '--5' through)."""
     number: int
     if isinstance(value, bool):
         raise ValueError(f"{key} must be an integer, got {_shown(key, value)}")
@@ -101,11 +135,10 @@ def parse_int(key: str, value: object, *, minimum: int, allow_off: bool = False)
         number = parse_decimal(value, field=key, secret=is_secret_key(key))
     else:
         raise ValueError(f"{key} must be an integer, got {_shown(key, value)}")
-    if allow_off and number == -1:
+    if allow_off and number <= 0:
         return -1
     if number < minimum:
-        off = " (or -1 for off)" if allow_off else ""
-        raise ValueError(f"{key} must be >= {minimum}{off}, got {_shown(key, value)}")
+        raise ValueError(f"{key} must be >= {minimum}, got {_shown(key, value)}")
     return number
 
 
@@ -117,16 +150,28 @@ def parse_bool(key: str, value: object) -> bool:
     raise ValueError(f"{key} must be true or false, got {_shown(key, value)}")
 
 
+def _request_size(config: Mapping[str, object]) -> int:
+    """`message.max.bytes`, or the Java client's `max.request.size` for it; errors name the key given."""
+    if "message.max.bytes" in config and "max.request.size" in config:
+        raise ValueError(
+            "message.max.bytes and max.request.size (the Java client's name for it) are both set; "
+            f"set one, got {config['message.max.bytes']!r} and {config['max.request.size']!r}"
+        )
+    key = "max.request.size" if "max.request.size" in config else "message.max.bytes"
+    return parse_int(key, config.get(key, PRODUCER_DEFAULTS["message.max.bytes"]), minimum=1)
+
+
 @dataclass(frozen=True, slots=True)
 class CollectorConfig:
     broker_linger_ms: float = 5.0
     batch_max_partitions: int = -1
     batch_max_bytes: int = -1
-    max_request_size: int = 1_048_576
+    max_request_size: int = 1_000_000  # message.max.bytes (alias max.request.size)
     max_in_flight: int = 5
     adaptive: bool = False
     # Set only in legacy mode (`linger.ms` alone): each partition lingers on its own clock.
     legacy_linger_ms: float | None = None
+    request_size_key: str = "message.max.bytes"  # or max.request.size, where errors should name that
 
     @property
     def legacy(self) -> bool:
@@ -168,7 +213,7 @@ class CollectorConfig:
             batch_max_bytes=parse_int(
                 "broker.batch.max.bytes", merged["broker.batch.max.bytes"], minimum=1, allow_off=True
             ),
-            max_request_size=parse_int("max.request.size", merged["max.request.size"], minimum=1),
+            max_request_size=_request_size(config),
             max_in_flight=parse_int(
                 "max.in.flight.requests.per.connection",
                 merged["max.in.flight.requests.per.connection"],
@@ -176,4 +221,132 @@ class CollectorConfig:
             ),
             adaptive=parse_bool("broker.adaptive", merged["broker.adaptive"]),
             legacy_linger_ms=legacy,
+            request_size_key="max.request.size" if "max.request.size" in config else "message.max.bytes",
         )
+
+
+# name -> (aiokafka codec id, the package that provides it); availability: aiokafka_adapter.has_codec
+_COMPRESSION: dict[object, tuple[int, str | None]] = {
+    None: (0, None),
+    "none": (0, None),
+    "gzip": (1, None),
+    "snappy": (2, "cramjam"),
+    "lz4": (3, "cramjam"),
+    "zstd": (4, "cramjam"),
+}
+_ACKS = {"all": -1, "-1": -1, -1: -1, 1: 1, "1": 1, 0: 0, "0": 0}
+# librdkafka's names. `*_random` and `consistent_random`: keyless messages go to a sticky partition.
+PARTITIONERS: tuple[str, ...] = ("consistent_random", "consistent", "murmur2_random", "murmur2", "random")
+
+
+def _parse_acks(value: object) -> int:
+    # bool and float compare equal to 1 and 0; neither is an acks setting.
+    if isinstance(value, bool) or not isinstance(value, int | str) or value not in _ACKS:
+        raise ValueError(f"acks must be one of all, -1, 1, 0; got {value!r}")
+    return _ACKS[value]
+
+
+def _parse_compression(value: object) -> int:
+    from rebalancer.produce.aiokafka_adapter import has_codec  # the adapter imports this module
+
+    name = value.lower() if isinstance(value, str) else value
+    if name not in _COMPRESSION:
+        raise ValueError(f"compression.type must be one of none, gzip, snappy, lz4, zstd; got {value!r}")
+    codec_id, package = _COMPRESSION[name]
+    if package is not None and isinstance(name, str) and not has_codec(name):
+        raise ValueError(
+            f"compression.type={name} needs the {package} package: pip install {package} "
+            "(rebalancer's 'kafka' extra brings it)"
+        )
+    return codec_id
+
+
+def _parse_partitioner(value: object) -> str:
+    if not isinstance(value, str) or value not in PARTITIONERS:
+        raise ValueError(f"partitioner must be one of {', '.join(PARTITIONERS)}; got {value!r}")
+    return value
+
+
+if TYPE_CHECKING:
+    from rebalancer.produce.security import SecuritySettings
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Every producer key, parsed and validated once (the producer and the pipeline's writer use it).
+
+    repr never shows a secret: `security` masks its passwords.
+    """
+
+    bootstrap_servers: str
+    client_id: str
+    acks: int
+    idempotent: bool
+    transactional_id: str | None
+    transaction_timeout_ms: int
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    delivery_timeout_ms: float
+    metadata_max_age_ms: int
+    max_outstanding: int  # queue.buffering.max.messages
+    compression: int  # aiokafka's codec id
+    batch_size: int  # capped at the request size
+    partitioner: str
+    sticky_linger_ms: float
+    collector: CollectorConfig
+    security: SecuritySettings
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, object], *, stacklevel: int = 3) -> ProducerConfig:
+        """Unknown keys raise listing the valid ones; bad values raise naming the key and value."""
+        from rebalancer.produce.security import SECURITY_KEYS, SecuritySettings  # it imports parse_bool
+
+        config = dict(config)
+        check_known_keys(config, producer_keys())
+        merged = {**PRODUCER_DEFAULTS, **config}
+        servers = merged["bootstrap.servers"]
+        if not servers or not isinstance(servers, str | list | tuple):
+            raise ValueError(f"bootstrap.servers is required (host:port[,host:port]), got {servers!r}")
+        transactional_id = merged["transactional.id"]
+        if transactional_id is not None and (not isinstance(transactional_id, str) or not transactional_id):
+            raise ValueError(f"transactional.id must be a non-empty string, got {transactional_id!r}")
+        idempotent = parse_bool("enable.idempotence", merged["enable.idempotence"])
+        if transactional_id is not None:
+            if "enable.idempotence" in config and not idempotent:
+                raise ValueError("transactional.id needs enable.idempotence=true, got enable.idempotence=false")
+            idempotent = True  # as in Kafka: a transactional producer is idempotent
+        acks = _parse_acks(merged["acks"])
+        if idempotent and acks != -1:
+            why = "transactional.id is set" if transactional_id is not None else "enable.idempotence is true"
+            raise ValueError(f"acks must be all when {why}, got {merged['acks']!r}")
+        collector = CollectorConfig.from_dict(
+            {k: v for k, v in config.items() if k in COLLECTOR_KEYS}, stacklevel=stacklevel + 1
+        )
+        return cls(
+            bootstrap_servers=servers if isinstance(servers, str) else ",".join(map(str, servers)),
+            client_id=str(merged["client.id"]),
+            acks=acks,
+            idempotent=idempotent,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=parse_int("transaction.timeout.ms", merged["transaction.timeout.ms"], minimum=1),
+            request_timeout_ms=int(parse_ms("request.timeout.ms", merged["request.timeout.ms"])),
+            retry_backoff_ms=int(parse_ms("retry.backoff.ms", merged["retry.backoff.ms"])),
+            delivery_timeout_ms=parse_ms("delivery.timeout.ms", merged["delivery.timeout.ms"]),
+            metadata_max_age_ms=int(parse_ms("metadata.max.age.ms", merged["metadata.max.age.ms"])),
+            max_outstanding=parse_int(
+                "queue.buffering.max.messages", merged["queue.buffering.max.messages"], minimum=1
+            ),
+            compression=_parse_compression(merged["compression.type"]),
+            batch_size=min(parse_int("batch.size", merged["batch.size"], minimum=1), collector.max_request_size),
+            partitioner=_parse_partitioner(merged["partitioner"]),
+            sticky_linger_ms=parse_ms("sticky.partitioning.linger.ms", merged["sticky.partitioning.linger.ms"]),
+            collector=collector,
+            security=SecuritySettings.from_dict({k: v for k, v in config.items() if k in SECURITY_KEYS}),
+        )
+
+
+def producer_keys() -> tuple[str, ...]:
+    """Every key `ProducerConfig` takes."""
+    from rebalancer.produce.security import SECURITY_KEYS
+
+    return (*PRODUCER_DEFAULTS, *(k for k in COLLECTOR_KEYS if k not in PRODUCER_DEFAULTS), *SECURITY_KEYS)

@@ -16,31 +16,25 @@ import asyncio
 import contextlib
 import copy
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping
 
-from aiokafka import codec
-from aiokafka.client import AIOKafkaClient
+from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError, KafkaTimeoutError
-from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
-from aiokafka.util import INTEGER_MAX_VALUE, commit_structure_validate
 
-from rebalancer.produce.aiokafka_adapter import Accumulator, BatchingSender, wait_on_metadata
-from rebalancer.produce.collector import BrokerBatchCollector
-from rebalancer.produce.config import (
-    COLLECTOR_KEYS,
-    CollectorConfig,
-    check_known_keys,
-    parse_bool,
-    parse_int,
-    parse_ms,
+from rebalancer.produce.aiokafka_adapter import (
+    Accumulator,
+    BatchingSender,
+    Transactions,
+    record_size,
+    validate_offsets,
+    wait_on_metadata,
 )
+from rebalancer.produce.collector import BrokerBatchCollector
+from rebalancer.produce.config import PRODUCER_DEFAULTS, CollectorConfig, ProducerConfig, producer_keys
 from rebalancer.produce.errors import ProducerStoppedError, TransactionAbortedError
-from rebalancer.produce.security import SECURITY_KEYS, SecuritySettings
+from rebalancer.produce.partitioner import Partitioner
 from rebalancer.produce.stats import DeliveryCounters
 
 __all__ = [
@@ -53,54 +47,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PRODUCER_DEFAULTS: dict[str, object] = {
-    "bootstrap.servers": None,  # required
-    "client.id": "rebalancer-producer",
-    "acks": "all",
-    "enable.idempotence": False,
-    "transactional.id": None,
-    "transaction.timeout.ms": 60_000,
-    "request.timeout.ms": 30_000,
-    "retry.backoff.ms": 100,
-    "delivery.timeout.ms": 120_000,
-    "batch.size": 1_000_000,
-    "compression.type": None,
-    "metadata.max.age.ms": 300_000,
-    "queue.buffering.max.messages": 1_000_000,
-}
-# name -> (aiokafka codec id, the package that provides it); availability is aiokafka's `codec.has_<name>`
-_COMPRESSION: dict[object, tuple[int, str | None]] = {
-    None: (0, None),
-    "none": (0, None),
-    "gzip": (1, None),
-    "snappy": (2, "cramjam"),
-    "lz4": (3, "cramjam"),
-    "zstd": (4, "cramjam"),
-}
-_ACKS = {"all": -1, "-1": -1, -1: -1, 1: 1, "1": 1, 0: 0, "0": 0}
-
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _YIELD_MASK = 1023
-
-
-def _parse_acks(value: object) -> int:
-    # bool and float compare equal to 1 and 0; neither is an acks setting.
-    if isinstance(value, bool) or not isinstance(value, int | str) or value not in _ACKS:
-        raise ValueError(f"acks must be one of all, -1, 1, 0; got {value!r}")
-    return _ACKS[value]
-
-
-def _parse_compression(value: object) -> int:
-    name = value.lower() if isinstance(value, str) else value
-    if name not in _COMPRESSION:
-        raise ValueError(f"compression.type must be one of none, gzip, snappy, lz4, zstd; got {value!r}")
-    codec_id, package = _COMPRESSION[name]
-    if package is not None and not getattr(codec, f"has_{name}")():
-        raise ValueError(
-            f"compression.type={name} needs the {package} package: pip install {package} "
-            "(rebalancer's 'kafka' extra brings it)"
-        )
-    return codec_id
 
 
 def _transaction_offsets(offsets: Mapping[TopicPartition, object]) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -122,7 +70,7 @@ def _transaction_offsets(offsets: Mapping[TopicPartition, object]) -> dict[Topic
                 f"offsets: topic {tp.topic!r} partition {tp.partition}: offset must be an int >= 0, got {offset!r}"
             )
     try:
-        return commit_structure_validate(items)
+        return validate_offsets(items)
     except (ValueError, TypeError, AssertionError):
         raise ValueError(malformed) from None
 
@@ -130,15 +78,14 @@ def _transaction_offsets(offsets: Mapping[TopicPartition, object]) -> dict[Topic
 class _TopicRoute:
     """Per-topic partition objects and leaders, cached until the next metadata update."""
 
-    __slots__ = ("all_partitions", "leaders", "tps")
+    __slots__ = ("leaders", "tps")
 
     def __init__(self, tps: list[TopicPartition], leaders: list[int | None]) -> None:
         self.tps = tps
         self.leaders = leaders
-        self.all_partitions = list(range(len(tps)))
 
 
-PRODUCER_KEYS: tuple[str, ...] = (*PRODUCER_DEFAULTS, *COLLECTOR_KEYS, *SECURITY_KEYS)
+PRODUCER_KEYS: tuple[str, ...] = producer_keys()
 
 
 class BatchingProducer:
@@ -148,60 +95,30 @@ class BatchingProducer:
     >>> await p.start(); fut = await p.send("t", b"v"); partition, offset = await fut
     """
 
-    def __init__(self, config: Mapping[str, object]) -> None:
-        config = dict(config)
-        check_known_keys(config, PRODUCER_KEYS)
-        merged = {**PRODUCER_DEFAULTS, **config}
-        servers = merged["bootstrap.servers"]
-        if not servers or not isinstance(servers, str | list | tuple):
-            raise ValueError(f"bootstrap.servers is required (host:port[,host:port]), got {servers!r}")
-        self._bootstrap = servers if isinstance(servers, str) else ",".join(servers)
-        self._client_id = str(merged["client.id"])
-        transactional_id = merged["transactional.id"]
-        if transactional_id is not None and (not isinstance(transactional_id, str) or not transactional_id):
-            raise ValueError(f"transactional.id must be a non-empty string, got {transactional_id!r}")
-        self._transactional_id: str | None = transactional_id
-        self._idempotent = parse_bool("enable.idempotence", merged["enable.idempotence"])
-        if transactional_id is not None:
-            if "enable.idempotence" in config and not self._idempotent:
-                raise ValueError(
-                    "transactional.id needs enable.idempotence=true, got enable.idempotence=false"
-                )
-            self._idempotent = True  # as in Kafka: a transactional producer is idempotent
-        self._transaction_timeout_ms = parse_int(
-            "transaction.timeout.ms", merged["transaction.timeout.ms"], minimum=1
-        )
-        self._acks = _parse_acks(merged["acks"])
-        if self._idempotent and self._acks != -1:
-            why = "transactional.id is set" if transactional_id is not None else "enable.idempotence is true"
-            raise ValueError(f"acks must be all when {why}, got {merged['acks']!r}")
-        self._request_timeout_ms = int(parse_ms("request.timeout.ms", merged["request.timeout.ms"]))
-        self._retry_backoff_ms = int(parse_ms("retry.backoff.ms", merged["retry.backoff.ms"]))
-        self._delivery_timeout_ms = parse_ms("delivery.timeout.ms", merged["delivery.timeout.ms"])
-        self._metadata_max_age_ms = int(parse_ms("metadata.max.age.ms", merged["metadata.max.age.ms"]))
-        self._max_outstanding = parse_int(
-            "queue.buffering.max.messages", merged["queue.buffering.max.messages"], minimum=1
-        )
-        self._compression = _parse_compression(merged["compression.type"])
-        self.security = SecuritySettings.from_dict({k: v for k, v in config.items() if k in SECURITY_KEYS})
-        collector_config = {k: v for k, v in config.items() if k in COLLECTOR_KEYS}
-        self.collector_config = CollectorConfig.from_dict(collector_config, stacklevel=3)
-        self._batch_size = min(
-            parse_int("batch.size", merged["batch.size"], minimum=1), self.collector_config.max_request_size
-        )
-        self._max_message_size = self.collector_config.max_request_size
+    def __init__(self, config: Mapping[str, object] | ProducerConfig) -> None:
+        cfg = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config, stacklevel=4)
+        self.config = cfg
+        self._bootstrap = cfg.bootstrap_servers
+        self._client_id = cfg.client_id
+        self._transactional_id: str | None = cfg.transactional_id
+        self._idempotent = cfg.idempotent
+        self._max_outstanding = cfg.max_outstanding
+        self.security = cfg.security
+        self.collector_config: CollectorConfig = cfg.collector
+        self._max_message_size = cfg.collector.max_request_size
+        self._size_key = cfg.collector.request_size_key
         self._counters = DeliveryCounters()
         self._produced = 0
         self._state = "new"  # new -> started -> stopping -> stopped
         self._topics: dict[str, _TopicRoute] = {}
-        # Records this much smaller than max.request.size cannot exceed it; skip the exact estimate.
+        # Records this much smaller than message.max.bytes cannot exceed it; skip the exact estimate.
         self._size_guard = self._max_message_size - 4096
-        self._partitioner = DefaultPartitioner()
+        self._partitioner = Partitioner(cfg.partitioner, cfg.sticky_linger_ms)
         self._client: AIOKafkaClient | None = None
         self._collector: BrokerBatchCollector | None = None
         self._accumulator: Accumulator | None = None
         self._sender: BatchingSender | None = None
-        self._txn: TransactionManager | None = None
+        self._txn: Transactions | None = None
         self._flushers = 0
         self._backpressure_waits = 0
         self._aborted_messages = 0
@@ -220,38 +137,38 @@ class BatchingProducer:
         if self._state != "new":
             raise RuntimeError(f"start() on a producer that is {self._state}")
         loop = asyncio.get_running_loop()
+        cfg = self.config
         self._client = AIOKafkaClient(
-            bootstrap_servers=self._bootstrap,
-            client_id=self._client_id,
-            request_timeout_ms=self._request_timeout_ms,
-            retry_backoff_ms=self._retry_backoff_ms,
-            metadata_max_age_ms=self._metadata_max_age_ms,
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
             **self.security.client_kwargs(),
         )
         self._client.cluster.add_listener(self._on_metadata)
         if self._idempotent:
-            timeout = (
-                self._transaction_timeout_ms if self._transactional_id is not None else INTEGER_MAX_VALUE
-            )
-            self._txn = TransactionManager(self._transactional_id, timeout)
+            self._txn = Transactions(cfg.transactional_id, cfg.transaction_timeout_ms)
+        txn_manager = self._txn.manager if self._txn is not None else None
         self._collector = BrokerBatchCollector(self.collector_config, clock=time.monotonic)
         self._accumulator = Accumulator(
             self._client.cluster,
             self._collector,
             self._counters,
-            batch_size=self._batch_size,
-            compression=self._compression,
-            ttl=self._delivery_timeout_ms / 1000.0,
-            txn_manager=self._txn,
+            batch_size=cfg.batch_size,
+            compression=cfg.compression,
+            ttl=cfg.delivery_timeout_ms / 1000.0,
+            txn_manager=txn_manager,
             loop=loop,
         )
+        self._accumulator.on_sent = self._partitioner.batch_sent
         self._sender = BatchingSender(
             self._client,
-            acks=self._acks,
-            txn_manager=self._txn,
+            acks=cfg.acks,
+            txn_manager=txn_manager,
             accumulator=self._accumulator,
-            retry_backoff_ms=self._retry_backoff_ms,
-            request_timeout_ms=self._request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
             counters=self._counters,
         )
         try:
@@ -382,7 +299,7 @@ class BatchingProducer:
         await self.stop()
 
     # -- transactions ------------------------------------------------------------------------------
-    def _transactions(self) -> TransactionManager:
+    def _transactions(self) -> Transactions:
         if self._transactional_id is None:
             raise RuntimeError("transactions need transactional.id in the producer's config")
         if self._state != "started":
@@ -400,34 +317,32 @@ class BatchingProducer:
 
     async def begin_transaction(self) -> None:
         txn = self._transactions()
-        if txn.state != TransactionState.READY:
-            raise RuntimeError(f"begin_transaction() while a transaction is {txn.state.name.lower()}")
-        await asyncio.shield(txn.wait_for_pid())
-        txn.begin_transaction()
+        if not txn.is_ready():
+            raise RuntimeError(f"begin_transaction() while a transaction is {txn.state_name}")
+        await txn.begin()
 
     async def send_offsets_to_transaction(
         self, offsets: Mapping[TopicPartition, object], group_id: str
     ) -> None:
         """Commit a consumer group's offsets with this transaction (consume-transform-produce)."""
         txn = self._transactions()
-        if not txn.is_in_transaction():
+        if not txn.in_transaction():
             raise RuntimeError(
                 "send_offsets_to_transaction() outside a transaction; call begin_transaction() first"
             )
         if not group_id or not isinstance(group_id, str):
             raise ValueError(f"group_id must be a non-empty string, got {group_id!r}")
         formatted = _transaction_offsets(offsets)
-        await asyncio.shield(txn.add_offsets_to_txn(formatted, group_id))
+        await txn.add_offsets(formatted, group_id)
 
     async def commit_transaction(self) -> None:
         """Flush this transaction's partitions, then EndTxn(commit); committed records become visible."""
         txn = self._transactions()
-        if not txn.is_in_transaction():
-            raise RuntimeError(f"commit_transaction() while the transaction is {txn.state.name.lower()}")
+        if not txn.in_transaction():
+            raise RuntimeError(f"commit_transaction() while the transaction is {txn.state_name}")
         log.debug("committing transaction %s", self._transactional_id)
         async with self._flushing():
-            txn.committing_transaction()  # raises the error if the transaction can only be aborted
-            await asyncio.shield(txn.wait_for_transaction_end())
+            await txn.commit()  # raises the error at once if the transaction can only be aborted
 
     async def abort_transaction(self) -> None:
         """Drop what is still unsent (its futures fail with TransactionAbortedError), then EndTxn(abort).
@@ -435,8 +350,8 @@ class BatchingProducer:
         Records already sent stay on the brokers but are never visible to read_committed consumers.
         """
         txn = self._transactions()
-        if txn.state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
-            raise RuntimeError(f"abort_transaction() while the transaction is {txn.state.name.lower()}")
+        if not txn.can_abort():
+            raise RuntimeError(f"abort_transaction() while the transaction is {txn.state_name}")
         assert self._accumulator is not None
         dropped = self._accumulator.drop_unsent(
             TransactionAbortedError(
@@ -446,8 +361,7 @@ class BatchingProducer:
         self._aborted_messages += dropped
         log.debug("aborting transaction %s: %d unsent message(s) dropped", self._transactional_id, dropped)
         async with self._flushing():  # in-flight and retried batches settle before EndTxn
-            txn.aborting_transaction()
-            await asyncio.shield(txn.wait_for_transaction_end())
+            await txn.abort()
 
     # -- sending -----------------------------------------------------------------------------------
     def _on_metadata(self, _cluster: object) -> None:
@@ -476,12 +390,12 @@ class BatchingProducer:
                 raise RuntimeError("send() before start()")
             raise ProducerStoppedError(f"send() on a producer that is {self._state}")
         txn = self._txn
-        if txn is not None and self._transactional_id is not None and not txn.is_in_transaction():
+        if txn is not None and self._transactional_id is not None and not txn.in_transaction():
             error = self._fatal_error()
             if error is not None:
                 raise copy.copy(error)
             raise RuntimeError(
-                f"send() outside a transaction on a transactional producer (transaction is {txn.state.name.lower()}); "
+                f"send() outside a transaction on a transactional producer (transaction is {txn.state_name}); "
                 "call begin_transaction() first"
             )
         size = 0
@@ -496,11 +410,9 @@ class BatchingProducer:
                 raise ValueError(f"key must be bytes, got {type(key).__name__}")
             size += len(key)
         if size > self._size_guard:
-            exact = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+            exact = record_size(key, value)
             if exact > self._max_message_size:
-                raise ValueError(
-                    f"message of {exact} bytes exceeds max.request.size={self._max_message_size}"
-                )
+                raise ValueError(f"message of {exact} bytes exceeds {self._size_key}={self._max_message_size}")
         route = self._topics.get(topic)
         if route is None:
             route = await self._topic(topic)
@@ -508,10 +420,7 @@ class BatchingProducer:
                 raise ProducerStoppedError(f"send() on a producer that is {self._state}")
         count = len(route.tps)
         if partition is None:
-            if key is None:
-                partition = int(random.random() * count)
-            else:
-                partition = self._partitioner(bytes(key), route.all_partitions, route.all_partitions)
+            partition = self._partitioner(topic, None if key is None else bytes(key), count, route.leaders)
         elif type(partition) is not int or not 0 <= partition < count:
             raise ValueError(
                 f"partition must be one of {topic!r}'s partitions 0..{count - 1}, got {partition!r}"
@@ -551,6 +460,33 @@ class BatchingProducer:
 
     # -- introspection -----------------------------------------------------------------------------
     def stats(self) -> dict[str, object]:
+        """What the producer did since `start()`: counts are messages unless named otherwise, and
+        times are milliseconds. Keys:
+
+        - ``produced``: messages `send()` accepted; ``acked`` + ``failed`` equals it once every future
+          resolved, and ``queued`` counts those not yet sent;
+        - ``acked``: messages a broker acknowledged; ``failed``: messages whose future failed, and
+          ``errors``: those failures by exception class name;
+        - ``sends``: ProduceRequests planned, one per broker per linger window (or more when one
+          request cannot hold them: ``split_sends``); ``requests``: ProduceRequests sent, retries
+          included; ``retries``: record batches sent again after a retriable error;
+        - ``partitions_per_send_avg``, ``partitions_per_send_max``: partitions one send carried;
+          ``msgs_per_request``: mean messages per ProduceRequest;
+        - ``wait_ms_avg``, ``wait_ms_p99``: linger, from a broker window's first ready partition to
+          its send; ``effective_linger_ms``: per broker, the linger in use (adaptive mode moves it);
+        - ``triggers_by_reason``: sends per reason (`flush`, `max_partitions`, `max_bytes`,
+          `broker_linger`, and `partition_linger` in legacy mode);
+        - ``in_flight``: ProduceRequests awaiting their response; ``window_waits`` and
+          ``window_wait_ms_total``: sends held because `max.in.flight` requests were out, and for
+          how long in all;
+        - ``latency_ms_p50``, ``latency_ms_p95``, ``latency_ms_p99``: `send()` to acknowledgement,
+          over acked messages;
+        - ``backpressure_waits``: `send()` calls that waited for room (`queue.buffering.max.messages`);
+        - ``aborted``: messages dropped unsent by `abort_transaction()`; ``failed_at_stop``: messages
+          `stop()` failed because they could not be delivered in time;
+        - ``transaction_state``: the transaction's state with `transactional.id`, else None;
+        - ``brokers``: per broker, the collector's `batch_collector_*` metrics.
+        """
         counters = self._counters
         collector = self._collector.stats() if self._collector is not None else BrokerBatchCollector().stats()
         return {
@@ -579,7 +515,7 @@ class BatchingProducer:
             "backpressure_waits": self._backpressure_waits,
             "aborted": self._aborted_messages,
             "failed_at_stop": self._stop_failed,
-            "transaction_state": self._txn.state.name.lower()
+            "transaction_state": self._txn.state_name
             if self._transactional_id and self._txn
             else None,
             "errors": dict(counters.errors),

@@ -219,6 +219,8 @@ class BatchQueue:
         return sum(w.items for w in (*self._workers, self._final))
 
     def stats(self) -> BatchQueueStats:
+        """A consistent snapshot of counters, buffers and owners; `BatchQueueStats` documents every
+        field. With periodic rebalancing off, it also starts the next `worker_items` interval."""
         workers = [*self._workers, self._final]
         dropped = self._parts.dropped.value()
         controller = self._controller

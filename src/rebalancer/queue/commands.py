@@ -54,15 +54,15 @@ def _check(name: str, value: float, minimum: float) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_table, print_wrapped
 
     for name, minimum in (("types", 1), ("threads", 1), ("producers", 1), ("top", 0)):
         _check(name, getattr(args, name), minimum)
     _check("seconds", args.seconds, 0.1)
     _check("skew", args.skew, 0.0)
     _check("rebalance-ms", args.rebalance_ms, 0.0)
-    console = Console()
+    console = make_console()
     types = [type(f"Metric{i:03d}", (), {"__slots__": ("value",)}) for i in range(args.types)]
     weights = 1.0 / np.arange(1, args.types + 1) ** args.skew
     rng = np.random.default_rng(7)
@@ -95,8 +95,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 n += produce(item)
         accepted[k] = n
 
-    console.print(f"[bold]BatchQueue demo[/]: {args.types} types (Zipf s={args.skew}), {args.producers} producers, "
-                  f"{queue.thread_count} drain workers, {queue.partition_count} partitions, {args.seconds:g}s")
+    print_wrapped(console, f"BatchQueue demo: {args.types} types (Zipf s={args.skew}), {args.producers} producers, "
+                  f"{queue.thread_count} drain workers, {queue.partition_count} partitions, {args.seconds:g} s",
+                  style="bold")
     started = time.perf_counter()
     threads = [threading.Thread(target=producer, args=(k,)) for k in range(args.producers)]
     for t in threads:
@@ -115,38 +116,31 @@ def run_demo(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     stats = queue.stats()
 
-    usage = Table(title=f"top {args.top} partitions by buffer use (busiest moment)")
-    for col in ("partition", "types", "used", "capacity", "used %"):
-        usage.add_column(col, justify="right")
+    headers = ["partition", "types", "used (items)", "capacity (items)", "used (%)"]
+    rows = []
     for u in before_shutdown.top_n(args.top):
         kinds = before_shutdown.partition_types.get(u.partition, ())
-        usage.add_row(str(u.partition), ", ".join(k.rsplit(".", 1)[-1] for k in kinds)[:40], f"{u.used:,}",
-                      f"{u.capacity:,}", f"{u.percentage:.1f}")
-    console.print(usage)
+        rows.append([str(u.partition), ", ".join(k.rsplit(".", 1)[-1] for k in kinds)[:40], f"{u.used:,}",
+                     f"{u.capacity:,}", f"{u.percentage:.1f}"])
+    print_table(console, f"top {args.top} partitions by buffer use (busiest moment)", headers, rows,
+                right=[h for h in headers if h != "types"])
 
-    per_worker = Table(title="items per drain worker")
-    per_worker.add_column("worker", justify="right")
-    per_worker.add_column("partitions", justify="right")
-    per_worker.add_column("items", justify="right")
     taken = list(queue.stats().worker_items_total)
-    for i, n in enumerate(taken):
-        per_worker.add_row(str(i), str(sum(1 for o in stats.owners if o == i)), f"{n:,}")
-    console.print(per_worker)
+    rows = [[str(i), str(sum(1 for o in stats.owners if o == i)), f"{n:,}"] for i, n in enumerate(taken)]
+    headers = ["worker", "partitions", "items"]
+    print_table(console, "items per drain worker", headers, rows, right=headers)
     peak = max(taken, default=0)
     if peak:
-        console.print(f"worker load ratio (max/mean): {peak * len(taken) / sum(taken):.2f}")
+        print_wrapped(console, f"worker load ratio (max/mean items): {peak * len(taken) / sum(taken):.2f}")
 
-    counters = Table(title="counters")
-    for col in ("produced", "dispatched", "dropped", "unhandled", "failed", "rejected", "items/s"):
-        counters.add_column(col, justify="right")
-    counters.add_row(*(f"{getattr(stats, c):,}" for c in ("produced", "dispatched", "dropped", "unhandled",
-                                                          "failed", "rejected")),
-                     f"{stats.dispatched / elapsed:,.0f}")
-    console.print(counters)
+    rows = [[f"{c} (items)", f"{getattr(stats, c):,}"]
+            for c in ("produced", "dispatched", "dropped", "unhandled", "failed", "rejected")]
+    rows.append(["throughput (items/s)", f"{stats.dispatched / elapsed:,.0f}"])
+    print_table(console, "counters", ["counter", "value"], rows, right=["value"])
     if stats.last_rebalance is not None:
-        console.print(f"last rebalance: {stats.last_rebalance}")
+        print_wrapped(console, f"last rebalance: {stats.last_rebalance}", hang="  ")
     handled = sum(t.items for t in tallies)
     ok = stats.produced == stats.dispatched + stats.unhandled == handled == sum(accepted)
-    console.print("reconciled: produced == dispatched + unhandled == handled" if ok else
-                  "[red]NOT reconciled[/]")
+    print_wrapped(console, "reconciled: produced == dispatched + unhandled == handled" if ok else
+                  "NOT reconciled", style=None if ok else "red")
     return 0 if ok else 1

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class PartitionUsage:
+    """One partition's buffer: `used` items of `capacity`, and `percentage` (100 * used / capacity)."""
+
     partition: int
     used: int
     capacity: int
@@ -19,13 +22,23 @@ class RebalanceReport:
     interval (the same figure a skip reason quotes); `moved` is 0 when skipped. `failed` says why
     some planned moves were given back (a fence that timed out): nothing is ever left unowned."""
 
-    moved: int
-    ratio_before: float
-    ratio_after: float
-    wait_ms: float
-    skipped: str | None = None
-    at: float = 0.0
-    failed: str | None = None
+    moved: int  # partitions that changed drain worker
+    ratio_before: float  # max/mean produce() calls per worker, before the moves
+    ratio_after: float  # the same, with the owners after them
+    wait_ms: float  # milliseconds spent fencing the moved partitions
+    skipped: str | None = None  # why nothing moved
+    at: float = 0.0  # when, as time.time() (seconds since the epoch)
+    failed: str | None = None  # why some planned moves were given back
+
+    def __str__(self) -> str:
+        """A sentence for people; repr() keeps the fields."""
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(self.at))
+        if self.skipped is not None:
+            return f"at {when}, nothing moved: {self.skipped}"
+        moved = f"{self.moved} partition{'s' * (self.moved != 1)}"
+        text = (f"at {when}, moved {moved}: worker load ratio (max/mean) {self.ratio_before:.2f} -> "
+                f"{self.ratio_after:.2f}, {self.wait_ms:.1f} ms waiting for fences")
+        return text + (f"; some moves given back: {self.failed}" if self.failed else "")
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,8 @@ class BatchQueueStats:
     """Counters reconcile after shutdown: produced == dispatched + unhandled + unfinished.
 
     `produced` counts items `produce()` accepted; `dispatched` counts items handed to a handler
-    (including those whose handler raised, also counted in `failed`); `dropped` counts items refused
+    (including those whose handler raised, also counted in `failed`); `unhandled` counts items of a
+    type without a handler, drained and discarded with a warning; `dropped` counts items refused
     because the partition was full (IF_POSSIBLE), or because a handler produced into its own worker's
     full partition (BLOCKING would wait for itself forever; also counted in `self_drops`);
     `rejected` counts items refused because the queue was shut down; `unfinished` counts items a
@@ -42,6 +56,11 @@ class BatchQueueStats:
     measurements (every rebalance), or, with periodic rebalancing off, between the last two
     `stats()` calls. `worker_items_total` counts since the start. `idle_failures` counts on_idle
     calls that raised.
+
+    The snapshot of the partitions: `capacity_per_partition` (items one partition buffers), `used`
+    (items buffered now, per partition), `owners` (the drain worker of each partition),
+    `partition_types` (partition -> the item types routed to it) and `last_rebalance` (the latest
+    throughput rebalance, None before the first). Every count is in items.
     """
 
     capacity_per_partition: int

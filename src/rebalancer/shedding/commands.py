@@ -7,9 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from rebalancer._args import finite_float, integer
+from rebalancer._console import console as make_console
+from rebalancer._console import print_table, print_wrapped
 from rebalancer.shedding.compare import (
     PIP_COLUMNS,
     Comparison,
@@ -69,23 +70,26 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+# --help lists the valid names; a strategy is also accepted as its full pair (A+B) or full name.
+_STRATEGY_NAMES = ", ".join(c.name.split(" ")[0].split("+")[0] for c in COMBINATIONS)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
+    scenario_names = ", ".join(s.name for s in all_scenarios(small=True))
     sub = parser.add_subparsers(dest="shedding_command", metavar="COMMAND", parser_class=type(parser))
     sub.required = True
 
     sim = sub.add_parser(
         "simulate",
         help="run one scenario with one strategy",
-        description="Simulate a broker cluster minute by minute under one scenario (see `compare` for "
-        "the list) with one shedding strategy and its placement strategy, and print what it did: "
+        description="Simulate a broker cluster minute by minute under one scenario (listed under "
+        "--scenario) with one shedding strategy and its placement strategy, and print what it did: "
         "bundles moved, cycles until the load converged, the final spread between brokers, "
         "oscillations and over-placement. --plot writes broker usage over time (needs the 'plots' "
         "extra).",
     )
-    sim.add_argument("--scenario", default="over-placement", help="scenario name (see compare)")
-    sim.add_argument(
-        "--strategy", default="AvgShedder", help="combination name, e.g. AvgShedder, BalancedShedder"
-    )
+    sim.add_argument("--scenario", default="over-placement", help=f"scenario: {scenario_names}")
+    sim.add_argument("--strategy", default="AvgShedder", help=f"strategy: {_STRATEGY_NAMES}")
     sim.add_argument("--minutes", type=_positive, default=None, help="override the scenario's length")
     sim.add_argument("--plot", type=Path, default=None, help="write the usage plot to this PNG")
     _common(sim)
@@ -99,8 +103,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         "over-unloading and slow balancing), measured instead of rated, then every scenario's numbers "
         "and the totals. --out writes one plot per scenario and strategy (needs the 'plots' extra).",
     )
-    cmp.add_argument("--scenario", action="append", default=None, help="only these scenarios (repeatable)")
-    cmp.add_argument("--strategy", action="append", default=None, help="only these strategies (repeatable)")
+    cmp.add_argument(
+        "--scenario", action="append", default=None, help=f"only these scenarios (repeatable): {scenario_names}"
+    )
+    cmp.add_argument(
+        "--strategy",
+        action="append",
+        default=None,
+        help=f"only these strategies (repeatable): {_STRATEGY_NAMES}; 'configured' with --broker-conf",
+    )
     cmp.add_argument("--out", type=Path, default=None, help="directory for one PNG per scenario x strategy")
     _replay_inputs(cmp, required=False)
     _common(cmp)
@@ -113,7 +124,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "LocalBrokerData and each bundle's BundleData, as Pulsar stores them) through one strategy: "
         "its decisions move bundles in every later snapshot. Prints the simulator's metrics.",
     )
-    rep.add_argument("--strategy", default="AvgShedder", help="combination name, or 'configured'")
+    rep.add_argument(
+        "--strategy", default="AvgShedder", help=f"strategy: {_STRATEGY_NAMES}, or 'configured'"
+    )
     rep.add_argument("--plot", type=Path, default=None, help="write the usage plot to this PNG")
     _replay_inputs(rep, required=True)
     _common(rep)
@@ -125,7 +138,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Write a synthetic scenario's per-minute load reports in Pulsar's shapes, with no "
         "load manager acting: example input for `replay` and `compare --reports`.",
     )
-    rec.add_argument("--scenario", default="heterogeneous", help="scenario name (see compare)")
+    rec.add_argument("--scenario", default="heterogeneous", help=f"scenario: {scenario_names}")
     rec.add_argument("--minutes", type=_positive, default=20, help="snapshots to write (>= 2)")
     rec.add_argument("--seed", type=_non_negative, default=0, help="random seed (runs are reproducible)")
     rec.add_argument("--out", type=Path, required=True, help="directory for the snapshot JSON files")
@@ -149,57 +162,65 @@ def simulate_command(args: argparse.Namespace) -> int:
         sc = with_minutes(sc, args.minutes)
     combo = combination(args.strategy)
     result = simulate(sc, combo, seed=args.seed, config=_config(args))
-    _print_summary(result.summary(), f"{sc.title} — {combo.name} (seed {args.seed})")
-    console = Console(width=120, markup=False)
+    console = make_console()
+    _print_summary(console, result.summary(), f"{sc.title} — {combo.name} (seed {args.seed})", "minutes")
     if args.plot is not None:
         path = plot_result(result, args.plot, combo.conf.broker_overloaded_threshold_percentage)
-        console.print(f"plot: {path}")
+        print_wrapped(console, f"plot: {path}")
     return 0
 
 
-def _print_summary(summary: dict, title: str) -> None:
-    table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in summary.items():
-        table.add_row(key, "never" if value is None else str(value))
-    Console(width=120, markup=False).print(table)
+def metric_labels(step: str = "minutes") -> dict[str, str]:
+    """SimResult.summary()'s keys as people read them, each with its unit; `step` is what one
+    simulated step is (a minute, or a recorded snapshot in a replay)."""
+    return {
+        "moves": "moved (bundles)",
+        "unloaded": "unloaded (bundles)",
+        "oscillations": "oscillations (moves back)",
+        "over_placement": "over-placement (brokers)",
+        "over_unloading": "over-unloading (brokers)",
+        "overloaded_minutes": f"overloaded (broker-{step})",
+        "final_spread": "final spread (% points)",
+        "converge_cycles": "converged after (cycles)",
+        "stale_skips": "stale decisions skipped (bundles)",
+        "failover_placements": "failover placements (bundles)",
+    }
+
+
+def _print_summary(console: Console, summary: dict, title: str, step: str) -> None:
+    labels = metric_labels(step)
+    rows = [[labels.get(key, key), "never" if value is None else str(value)] for key, value in summary.items()]
+    print_table(console, title, ["metric", "value"], rows, right=["value"])
 
 
 def print_comparison(comparison: Comparison, console: Console, pip: bool = True) -> None:
+    """Three tables, each vertical when the console is too narrow for it."""
     if pip:
-        table = Table(title="PIP-364 table, measured (rating: numbers)", show_lines=True)
-        table.add_column("combination", min_width=45)
-        for column in PIP_COLUMNS:
-            table.add_column(column)
-        for row in comparison.pip_rows():
-            table.add_row(*row)
-        console.print(table)
-
-    detail = Table(title="every scenario (moves, cycles to converge, final spread, events)")
-    for name in (
-        "scenario",
-        "combination",
-        "moves",
-        "converge",
-        "spread",
-        "osc",
-        "over-pl",
-        "over-unl",
-        "ovl-min",
-    ):
-        detail.add_column(name, justify="left" if name in ("scenario", "combination") else "right")
-    for row in comparison.detail_rows():
-        detail.add_row(*row)
-    console.print(detail)
-
-    totals = Table(title="totals over the scenarios (never-converged runs count the whole horizon)")
-    for name in ("combination", "moves", "converge cycles", "oscillations"):
-        totals.add_column(name, justify="left" if name == "combination" else "right")
+        print_table(
+            console,
+            "PIP-364 table, measured (rating and the numbers it rests on)",
+            ["combination", *PIP_COLUMNS],
+            comparison.pip_rows(),
+            wrap=PIP_COLUMNS,
+            show_lines=True,
+        )
+    labels = metric_labels()
+    keys = ("moves", "converge_cycles", "final_spread", "oscillations", "over_placement", "over_unloading",
+            "overloaded_minutes")
+    headers = ["scenario", "combination", *(labels[k] for k in keys)]
+    print_table(console, "every scenario", headers, comparison.detail_rows(), right=headers[2:], keys=2)
+    headers = ["combination", "moved (bundles)", "cycles to converge", "oscillations (moves back)"]
+    rows = []
     for combo in comparison.combos:
         t = comparison.totals(combo.name)
-        totals.add_row(combo.name, str(t["moves"]), str(t["converge_cycles"]), str(t["oscillations"]))
-    console.print(totals)
+        rows.append([combo.name, str(t["moves"]), str(t["converge_cycles"]), str(t["oscillations"])])
+    print_table(
+        console,
+        "totals over the scenarios (a run that never converged counts the whole horizon)",
+        headers,
+        rows,
+        right=headers[1:],
+    )
 
 
 def _combos(args: argparse.Namespace, names: list[str] | None) -> list[Combination]:
@@ -220,7 +241,7 @@ def _combos(args: argparse.Namespace, names: list[str] | None) -> list[Combinati
 
 def compare_command(args: argparse.Namespace) -> int:
     combos = _combos(args, args.strategy)
-    console = Console(width=250, markup=False)
+    console = make_console()
     if args.reports is not None:
         snapshots = load_reports(args.reports)
         name = f"reports in {args.reports}"
@@ -246,7 +267,7 @@ def _write_plots(comparison: Comparison, args: argparse.Namespace, console: Cons
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out must be a directory, got file {str(args.out)!r}")
         paths = write_plots(comparison, args.out)
-        console.print(f"wrote {len(paths)} plots to {args.out}/ (e.g. {paths[0].name})")
+        print_wrapped(console, f"wrote {len(paths)} plots to {args.out}/ (e.g. {paths[0].name})")
     return 0
 
 
@@ -255,10 +276,12 @@ def replay_command(args: argparse.Namespace) -> int:
     (combo,) = _combos(args, [args.strategy])
     snapshots = load_reports(args.reports)
     result = replay(snapshots, combo, args.seed, _config(args), args.converge_target, "reports")
-    _print_summary(result.summary(), f"{len(snapshots)} snapshots in {args.reports} — {combo.name}")
+    console = make_console()
+    title = f"{len(snapshots)} snapshots in {args.reports} — {combo.name}"
+    _print_summary(console, result.summary(), title, "snapshots")
     if args.plot is not None:
         path = plot_result(result, args.plot, combo.conf.broker_overloaded_threshold_percentage)
-        Console(width=120, markup=False).print(f"plot: {path}")
+        print_wrapped(console, f"plot: {path}")
     return 0
 
 
@@ -267,5 +290,5 @@ def record_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--minutes must be >= 2 (a replay needs two snapshots), got {args.minutes}")
     sc = with_minutes(scenario(args.scenario), args.minutes)
     paths = write_reports(record(sc, seed=args.seed), args.out)
-    Console(width=120, markup=False).print(f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
+    print_wrapped(make_console(), f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
     return 0

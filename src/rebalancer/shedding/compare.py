@@ -60,13 +60,15 @@ def rate(column: str, result: SimResult) -> str:
 def cell(column: str, result: SimResult) -> str:
     """The rating with the numbers it was derived from."""
     s = result.summary()
-    conv = "never" if result.converge_cycles is None else f"{result.converge_cycles}c"
+    cycles = result.converge_cycles
+    conv = "never converged" if cycles is None else f"converged in {cycles} cycle{'s' * (cycles != 1)}"
     details = {
-        "heterogeneous": f"spread {s['final_spread']:.0f}, {s['overloaded_minutes']} ovl-min, conv {conv}",
-        "jitter": f"{s['moves']} moves, {s['oscillations']} osc",
-        "over-placement": f"{s['over_placement']} over-pl, conv {conv}",
-        "over-unloading": f"{s['over_unloading']} over-unl, {s['oscillations']} osc, conv {conv}",
-        "slow balancing": f"conv {conv}, {s['moves']} moves",
+        "heterogeneous": f"spread {s['final_spread']:.0f} % points, {s['overloaded_minutes']} overloaded "
+        f"broker-minutes, {conv}",
+        "jitter": f"{s['moves']} moves, {s['oscillations']} oscillations",
+        "over-placement": f"{s['over_placement']} over-placements, {conv}",
+        "over-unloading": f"{s['over_unloading']} over-unloads, {s['oscillations']} oscillations, {conv}",
+        "slow balancing": f"{conv}, {s['moves']} moves",
     }[column]
     return f"{rate(column, result)} ({details})"
 
@@ -89,6 +91,9 @@ class Comparison:
         return self.results[(scenario, strategy)]
 
     def totals(self, strategy: str) -> dict[str, int]:
+        """One strategy over every scenario: ``moves`` (bundles moved), ``converge_cycles`` (shedding
+        cycles to converge; a run that never converged counts its whole horizon) and ``oscillations``
+        (moves back to a broker the bundle had left)."""
         moves = converge = osc = 0
         for sc in self.scenarios:
             r = self.results[(sc.name, strategy)]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rebalancer.balance.metrics import spread
 from rebalancer.shedding.balanced import BalancedShedder
 from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
 from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig, is_real
@@ -319,6 +320,21 @@ class SimResult:
         return int(self.moved.sum())
 
     def summary(self) -> dict[str, float | int | None]:
+        """The run's totals, what `simulate` prints and `compare` rates. Keys:
+
+        - ``moves``: bundles moved to another broker;
+        - ``unloaded``: bundles unloaded (a move, or a placement back on the same broker);
+        - ``oscillations``: moves back to a broker the bundle left within the oscillation window;
+        - ``over_placement``: destination brokers a move pushed over the overload threshold, or past
+          the mean by more than the threshold shedder's margin;
+        - ``over_unloading``: source brokers a move left below the mean by more than the margin;
+        - ``overloaded_minutes``: broker-steps (broker-minutes in a simulation) above the overload
+          threshold;
+        - ``final_spread``: the last step's max - min broker usage, in percentage points;
+        - ``converge_cycles``: shedding cycles until the spread stayed under the target, None if never;
+        - ``stale_skips``: unload decisions skipped because the bundle had moved or its broker had gone;
+        - ``failover_placements``: bundles placed again because their broker went away.
+        """
         return {
             "moves": self.moves,
             "unloaded": int(self.unloaded.sum()),
@@ -421,7 +437,7 @@ class Judge:
         for broker, value in now_usage.items():
             self.usage.setdefault(broker, np.full(self.n, np.nan))[t] = value
         values = np.array(list(now_usage.values()))
-        self.spread[t] = float(values.max() - values.min())
+        self.spread[t] = spread(values)
         self.std[t] = float(values.std())
         overload = self.conf.broker_overloaded_threshold_percentage
         threshold = self.conf.broker_threshold_shedder_percentage

@@ -1,4 +1,5 @@
-"""Test peers users need too: a real Kafka-protocol mock cluster, and real Kafka brokers."""
+"""Test peers users need too: a real Kafka-protocol mock cluster, real Kafka brokers, and a private
+PostgreSQL server."""
 
 from rebalancer._extras import require_extra
 
@@ -6,5 +7,6 @@ require_extra("rebalancer.testing", "kafka", ("confluent_kafka",))
 
 from rebalancer.testing.kafka_cluster import KafkaCluster
 from rebalancer.testing.mock_cluster import MockKafkaCluster
+from rebalancer.testing.postgres import LocalPostgres
 
-__all__ = ["KafkaCluster", "MockKafkaCluster"]
+__all__ = ["KafkaCluster", "LocalPostgres", "MockKafkaCluster"]

@@ -196,8 +196,15 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _cluster_id() -> str:
-    """A Kafka Uuid as the storage formatter wants it: 16 random bytes, URL-safe base64, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka Uuid as the storage formatter wants it: 16 random bytes, URL-safe base64, no padding.
+
+    Never one starting with "-" (1 in 64): `kafka-storage format --cluster-id -x...` reads it as an
+    option and fails; Kafka's own `Uuid.randomUuid()` skips those too.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def _tail(path: Path, lines: int = 25) -> str:

@@ -407,6 +407,29 @@ def _data_loss(topic: str, partition: int, start: int, available: int) -> str:
     )
 
 
+# A partition whose leader crashed: librdkafka fails the offsets query it sent there (_DESTROY_BROKER
+# once the controller has fenced the broker and the metadata drops it, _TRANSPORT, _TIMED_OUT), and
+# the next query goes to the new leader. A stream must not die of one broker's crash (a real
+# cluster fences it after broker.session.timeout.ms, 9 s by default), so the query is tried this many
+# times, each waiting at most metadataTimeoutMs. A cluster that cannot be reached at all still fails
+# within metadataTimeoutMs: `partitions()` asks the metadata first.
+FAILOVER_ATTEMPTS = 3
+FAILOVER_BACKOFF_S = 0.5
+
+
+def _failover(error: Any) -> bool:
+    """An offsets query error that a leader's crash causes and a new leader ends."""
+    from confluent_kafka import KafkaError
+
+    return bool(error.retriable()) or error.code() in (
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    )
+
+
 class TopicView:
     """Partition count and watermarks, through one metadata consumer kept by the planning side.
 
@@ -467,14 +490,24 @@ class TopicView:
         topic = self.options.topic
         result = {}
         for partition in self.partitions() if partitions is None else partitions:
-            try:
-                low, high = self._client().get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
-                )
-            except KafkaException as exc:
-                raise RuntimeError(
-                    f"topic {topic!r} partition {partition}: cannot read offsets: {self.unreachable(exc.args[0])}"
-                ) from None
+            for attempt in range(1, FAILOVER_ATTEMPTS + 1):
+                try:
+                    low, high = self._client().get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
+                    )
+                    break
+                except KafkaException as exc:
+                    error = exc.args[0]
+                    if attempt == FAILOVER_ATTEMPTS or not _failover(error):
+                        raise RuntimeError(
+                            f"topic {topic!r} partition {partition}: cannot read offsets: {self.unreachable(error)}"
+                        ) from None
+                    log.warning(
+                        "topic %r partition %d: cannot read offsets (%s; its leader may have crashed): "
+                        "attempt %d of %d, retrying",
+                        topic, partition, error.str(), attempt, FAILOVER_ATTEMPTS,
+                    )  # fmt: skip
+                    time.sleep(FAILOVER_BACKOFF_S)
             result[partition] = (int(low), int(high))
         return result
 
@@ -730,22 +763,48 @@ def _arrow_schema() -> pa.Schema:
     )
 
 
-def _batch(schema: pa.Schema, topic: str, rows: list[Any]) -> pa.RecordBatch:
-    """Messages as one Arrow batch in SCHEMA (timestamps are milliseconds; Spark wants microseconds)."""
-    import pyarrow as pa
+class _Rows:
+    """Read messages as columns, filled once per message: a second pass over the messages would call
+    each accessor again (the reader's time is mostly in these per-message calls)."""
 
-    timestamps = [m.timestamp()[1] * 1000 for m in rows]
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.key() for m in rows], pa.binary()),
-            pa.array([m.value() for m in rows], pa.binary()),
-            pa.array([topic] * len(rows), pa.string()),
-            pa.array([m.partition() for m in rows], pa.int32()),
-            pa.array([m.offset() for m in rows], pa.int64()),
-            pa.array(timestamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        ],
-        schema=schema,
-    )
+    __slots__ = ("keys", "offsets", "partitions", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, message: Any, partition: int, offset: int) -> None:
+        self.keys.append(message.key())
+        self.values.append(message.value())
+        self.partitions.append(partition)
+        self.offsets.append(offset)
+        self.timestamps.append(message.timestamp()[1])
+
+    def batch(self, schema: pa.Schema, topic: str) -> pa.RecordBatch:
+        """The rows as one Arrow batch in SCHEMA (Kafka's timestamps are milliseconds; Spark wants
+        microseconds: Arrow converts them exactly)."""
+        import pyarrow as pa
+
+        n = len(self.offsets)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.repeat(pa.scalar(topic, pa.string()), n),
+                pa.array(self.partitions, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.timestamps, pa.int64())
+                .cast(pa.timestamp("ms", tz="UTC"))
+                .cast(pa.timestamp("us", tz="UTC")),
+            ],
+            schema=schema,
+        )
 
 
 def read_task(options: KafkaOptions, task: KafkaTask) -> Iterator[pa.RecordBatch]:
@@ -784,7 +843,7 @@ def _read_round(
     try:
         consumer.assign([TopicPartition(topic, r.partition, r.start) for r in ranges])
         last_progress = time.monotonic()
-        rows: list[Any] = []
+        rows = _Rows()
         while pending:
             # Ask for no more than is left, so the call returns as soon as the range is in.
             left = sum(end[p] - next_offset[p] for p in pending)
@@ -805,7 +864,7 @@ def _read_round(
                     if offset >= end[partition]:
                         finish(partition)
                         continue
-                    rows.append(message)
+                    rows.add(message, partition, offset)
                     next_offset[partition] = offset + 1
                     if offset >= end[partition] - 1:
                         finish(partition)
@@ -830,10 +889,10 @@ def _read_round(
                         f"for {options.poll_timeout_ms} ms before end offset {end[stuck]} (pollTimeoutMs)"
                     )
             if len(rows) >= ROWS_PER_BATCH:
-                yield _batch(schema, topic, rows)
-                rows = []
-        if rows:
-            yield _batch(schema, topic, rows)
+                yield rows.batch(schema, topic)
+                rows = _Rows()
+        if len(rows):
+            yield rows.batch(schema, topic)
     finally:
         consumer.close()
 

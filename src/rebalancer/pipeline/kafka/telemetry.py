@@ -12,7 +12,6 @@ options, e.g. `maxOffsetsPerTrigger`); `kafka://embedded/TOPIC[?events=N&partiti
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import time
@@ -22,10 +21,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from rebalancer._args import finite_float, integer
 from rebalancer._numbers import parse_int
 from rebalancer._secrets import MASK, is_secret_key, masked_url
-from rebalancer.pipeline.ingest import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
+from rebalancer.pipeline.contract import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
 from rebalancer.pipeline.kafka.source import KAFKA_PREFIX, SOURCE_NAME, parse_options, register_kafka_source
 
 if TYPE_CHECKING:
@@ -40,7 +38,6 @@ __all__ = [
     "DeliveryError",
     "GroupRead",
     "KafkaInput",
-    "add_produce_parser",
     "check_kafka_input",
     "embedded_input",
     "encode_events",
@@ -59,10 +56,18 @@ SCHEME = "kafka://"
 EMBEDDED = "embedded"
 EMBEDDED_PARTITIONS = 8
 EMBEDDED_KEYS = ("events", "partitions")
-# zstd keeps a hot partition inside the mock's 5 MiB per-partition log (librdkafka's mock drops
-# the oldest record batches beyond it); JSON telemetry compresses to about 20 bytes an event.
 DEFAULT_KAFKA_TIMEOUT_S = 10.0  # --kafka-timeout; the reader's metadataTimeoutMs default too
-PRODUCER_DEFAULTS: dict[str, object] = {"broker.linger.ms": 50, "compression.type": "zstd"}
+# The writer's choices over ProducerConfig's defaults (rebalancer.produce.config has the one
+# table): zstd keeps a hot partition inside the mock's 5 MiB per-partition log (librdkafka's mock
+# drops the oldest record batches beyond it); JSON telemetry compresses to about 20 bytes an event
+# in the larger batches of a 50 ms window. The event type (the key) goes where the Java client and
+# Spark's Kafka sink put it (murmur2), so a type's partition does not depend on which writer wrote it.
+# Idempotent (librdkafka's default is not): a retry after a broker crash must not store an event twice,
+# or the pipeline would count it twice (the broker-fault tests, docs/testing.md).
+WRITER_LINGER_MS = 50.0
+WRITER_IDEMPOTENT = True
+WRITER_COMPRESSION = "zstd"
+WRITER_PARTITIONER = "murmur2_random"
 
 
 def is_secret_option(key: str) -> bool:
@@ -116,6 +121,18 @@ class KafkaInput:
         options = {"bootstrap.servers": self.bootstrap_servers, "topic": self.topic, **self.options}
         parse_options(options, streaming=streaming)
         return options
+
+    def describe(self) -> str:
+        return masked_url(self.url)
+
+    def read_batch(self, spark: SparkSession) -> DataFrame:
+        return read_kafka_raw(spark, self)
+
+    def read_stream(self, spark: SparkSession, files_per_batch: int) -> DataFrame:
+        return read_kafka_stream(spark, self)  # a topic's micro-batches follow its offsets, not files
+
+    def group_run(self) -> GroupRead | None:
+        return plan_group_run(self)
 
     def with_timeout(self, seconds: float | None) -> KafkaInput:
         """`--kafka-timeout`: the reader's metadataTimeoutMs (the flag wins over the URL's option)."""
@@ -309,13 +326,20 @@ def produce_events(
     Raises DeliveryError (a RuntimeError) if any message failed: the count is in the message,
     nothing is dropped quietly.
     """
-    from rebalancer.produce import BatchingProducer
+    from rebalancer.produce import BatchingProducer, ProducerConfig
 
     if rate is not None and rate < 0:
         raise ValueError(f"rate must be >= 0 events/s, got {rate}")
 
     async def run() -> dict[str, object]:
-        producer = BatchingProducer({**PRODUCER_DEFAULTS, **(config or {}), "bootstrap.servers": bootstrap_servers})
+        settings = {
+            "broker.linger.ms": WRITER_LINGER_MS,
+            "compression.type": WRITER_COMPRESSION,
+            "partitioner": WRITER_PARTITIONER,
+            "enable.idempotence": WRITER_IDEMPOTENT,
+            **(config or {}),
+        }
+        producer = BatchingProducer(ProducerConfig.from_dict({**settings, "bootstrap.servers": bootstrap_servers}))
         await producer.start()
         try:
             await _send_all(producer, topic, keys, values, partitions, rate)
@@ -355,7 +379,7 @@ def to_telemetry(frame: DataFrame, columns: Mapping[str, str] | None = None) -> 
     """
     from pyspark.sql import functions as F
 
-    from rebalancer.pipeline.ingest import text_schema
+    from rebalancer.pipeline.contract import text_schema
 
     mapping = column_mapping(columns)
     corrupt = "_corrupt_record"
@@ -388,102 +412,3 @@ def read_kafka_stream(spark: SparkSession, spec: KafkaInput) -> DataFrame:
     register_kafka_source(spark)
     frame = spark.readStream.format(SOURCE_NAME).options(**spec.reader_options(streaming=True)).load()
     return to_telemetry(frame, spec.columns)
-
-
-# -- `rebalancer pipeline produce` ----------------------------------------------------------------
-def add_produce_parser(sub: Any, defaults: GenerateConfig) -> None:
-    produce = sub.add_parser(
-        "produce",
-        help="send generated telemetry to a Kafka topic through BatchingProducer",
-        description="Generate telemetry as `generate` does and send each event as a JSON value (key: "
-        "its type) through BatchingProducer, whose linger is per broker. Bad rows stay bad, for the "
-        "pipeline's quarantine. Prints the producer's stats. Read it back with "
-        "`rebalancer pipeline run --input kafka://HOST:PORT/TOPIC`.",
-    )
-    produce.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT] of the brokers")
-    produce.add_argument("--topic", required=True, help="topic to send to")
-    produce.add_argument("--events", type=integer(), default=defaults.events, help="events to send")
-    produce.add_argument("--types", type=integer(), default=defaults.types, help="distinct values of the type column")
-    produce.add_argument("--skew", type=finite_float(), default=defaults.skew, help="Zipf exponent of type volumes")
-    produce.add_argument("--entities", type=integer(), default=defaults.entities, help="distinct entities per type")
-    produce.add_argument("--bad-rate", type=finite_float(), default=defaults.bad_rate, help="share of bad rows")
-    produce.add_argument("--seed", type=integer(minimum=0), default=defaults.seed, help="random seed")
-    produce.add_argument("--rate", type=finite_float(), default=0, help="events per second (default 0: as fast as possible)")
-    produce.add_argument("--linger-ms", type=finite_float(), default=PRODUCER_DEFAULTS["broker.linger.ms"], help="broker.linger.ms")
-    produce.add_argument(
-        "--kafka-timeout",
-        type=finite_float(minimum=0, exclusive=True),
-        default=DEFAULT_KAFKA_TIMEOUT_S,
-        metavar="SECONDS",
-        help="how long a connection or a metadata request may take before the command fails "
-        f"(the producer's request.timeout.ms; default {DEFAULT_KAFKA_TIMEOUT_S:g})",
-    )
-    produce.set_defaults(func=cmd_produce)
-
-
-def connect_reason(servers: str, timeout_s: float) -> str:
-    """Why the first server refuses a TCP connection (` (127.0.0.1:9: Connection refused)`), which
-    aiokafka's error leaves out; empty if it accepts one (the failure was past the connection)."""
-    import socket
-
-    first = servers.split(",")[0].strip()
-    host, _, port = first.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_s, 5.0)):
-            return ""
-    except (OSError, ValueError) as exc:
-        return f" ({first}: {exc.strerror or exc})" if isinstance(exc, OSError) else ""
-
-
-def cmd_produce(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from rebalancer.pipeline.generate import GenerateConfig, make_frame
-
-    if not args.bootstrap.strip():
-        raise ValueError("bootstrap must be HOST:PORT[,HOST:PORT], got an empty string")
-    if args.rate < 0:
-        raise ValueError(f"rate must be >= 0 events/s, got {args.rate}")
-    if args.linger_ms < 0:
-        raise ValueError(f"linger-ms must be >= 0, got {args.linger_ms}")
-    config = GenerateConfig(
-        events=args.events, types=args.types, skew=args.skew, entities=args.entities,
-        bad_rate=args.bad_rate, seed=args.seed, format="jsonl",
-    )
-    config.validate()
-    keys, values = encode_events(make_frame(config))
-    from aiokafka.errors import KafkaConnectionError, KafkaError
-
-    started = time.perf_counter()
-    try:
-        stats = produce_events(
-            args.bootstrap,
-            args.topic,
-            keys,
-            values,
-            rate=args.rate or None,
-            config={"broker.linger.ms": args.linger_ms, "request.timeout.ms": round(args.kafka_timeout * 1000)},
-        )
-    except KafkaConnectionError:  # aiokafka names no reason; -v shows its log line per attempt
-        raise ValueError(
-            f"bootstrap: cannot connect to any Kafka broker at {args.bootstrap}"
-            f"{connect_reason(args.bootstrap, args.kafka_timeout)} (-v shows each attempt)"
-        ) from None
-    except KafkaError as exc:  # its text starts with its class name
-        raise ValueError(f"Kafka at {args.bootstrap}, topic {args.topic!r}: {exc}") from None
-    except DeliveryError as exc:  # the brokers refused messages: counted, with the errors by name
-        raise ValueError(
-            f"Kafka at {args.bootstrap}, topic {args.topic!r}: {exc.failed} of {exc.total} message(s) failed: "
-            + ", ".join(f"{name} x{count}" for name, count in sorted(exc.errors.items()))
-        ) from None
-    elapsed = time.perf_counter() - started
-    table = Table(title=f"produced {len(values):,} events to {args.topic} in {elapsed:.2f} s", show_header=False)
-    table.add_column("stat", style="bold")
-    table.add_column("value")
-    for name in ("acked", "failed", "requests", "msgs_per_request", "sends", "partitions_per_send_avg",
-                 "latency_ms_p50", "latency_ms_p99", "retries", "errors"):
-        value = stats[name]
-        table.add_row(name, f"{value:.2f}" if isinstance(value, float) else str(value))
-    Console(markup=False).print(table)
-    return 0

@@ -1,0 +1,40 @@
+"""`balanced_apply`: `df.groupBy(key).applyInPandas(func, schema)` with keys placed by measured cost.
+
+Spark places a grouped map's keys by hash, so one heavy key (or a task that drew many small ones)
+becomes a straggler, and AQE splits skewed joins, never groups. Here the keys are counted first,
+weighted by rows or by the seconds their calls took last time (`PlanStore`), and placed on slots
+by `rebalancer.balance`; each row gets an int slot key that Spark's hash partitioner sends exactly
+to its slot (`slots.partition_keys`), so one `repartition(n, slot key)` realises the plan and the
+grouping reuses that partitioning. `help(balanced_apply)` has the contract.
+
+The modules: `_plan` (counting and planning), `_store` (the plan store), `_lookup` (each row's
+slot and item), `_convert` and `_grouped` (the grouped execution), `_result` (what is returned),
+`_call` (`balanced_apply` itself); the task clock is `rebalancer.pipeline.clock`, shared with the
+pipeline's handlers.
+"""
+
+from rebalancer.pipeline.apply._call import balanced_apply, parse_schema
+from rebalancer.pipeline.apply._items import ApplyItem
+from rebalancer.pipeline.apply._lookup import LOOKUP_ITEMS
+from rebalancer.pipeline.apply._plan import ApplyPlan, KeyCost, plan_keys
+from rebalancer.pipeline.apply._result import BalancedApply, TaskStats, wait_per_row
+from rebalancer.pipeline.apply._store import STORE_VERSION, PlanStore
+from rebalancer.pipeline.clock import TaskClock, own_clock, queued_seconds
+
+__all__ = [
+    "LOOKUP_ITEMS",
+    "STORE_VERSION",
+    "ApplyItem",
+    "ApplyPlan",
+    "BalancedApply",
+    "KeyCost",
+    "PlanStore",
+    "TaskClock",
+    "TaskStats",
+    "balanced_apply",
+    "own_clock",
+    "parse_schema",
+    "plan_keys",
+    "queued_seconds",
+    "wait_per_row",
+]

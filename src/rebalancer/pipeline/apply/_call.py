@@ -1,0 +1,254 @@
+"""`balanced_apply`: its arguments checked, the counting job and the plan, and the lazy frame that
+realises the plan with one exchange and runs `func` per key in `mapInArrow`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.pipeline._checks import check_partitions
+from rebalancer.pipeline.apply._convert import PandasTerms
+from rebalancer.pipeline.apply._grouped import OutputCheck, grouped_map, make_call, make_merge
+from rebalancer.pipeline.apply._items import (
+    COMBINE_COLUMN,
+    COSTS,
+    ITEM_COLUMN,
+    LOGGER,
+    RESERVED_PREFIX,
+    SLOT_COLUMN,
+    Key,
+)
+from rebalancer.pipeline.apply._lookup import with_slot_columns
+from rebalancer.pipeline.apply._plan import count_buckets, count_keys, plan_keys, shard_counts
+from rebalancer.pipeline.apply._result import BalancedApply, SumParam, flush_pending, hold_pending
+from rebalancer.pipeline.apply._store import PlanStore
+from rebalancer.pipeline.handler import TaskStatsParam
+from rebalancer.pipeline.session import is_connect, shuffle_partitions
+from rebalancer.pipeline.slots import WHOLE
+from rebalancer.pipeline.workers import check_worker_python
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(LOGGER)
+
+
+def _check_arguments(
+    df: DataFrame,
+    key_columns: list[str],
+    func: Any,
+    partitions: int | None,
+    split_by: str | None,
+    combine: Any,
+    split_safe: Any,
+    cost: str,
+    max_moves: int | None,
+) -> None:
+    columns = set(df.columns)
+    for name in key_columns:
+        if name not in columns:
+            raise ValueError(f"key: no column {name!r} in the frame (columns: {', '.join(df.columns)})")
+    if not key_columns:
+        raise ValueError("key: at least one column is needed, got none")
+    if split_by is not None and split_by not in columns:
+        raise ValueError(f"split_by: no column {split_by!r} in the frame (columns: {', '.join(df.columns)})")
+    if split_by is not None and split_by in key_columns:
+        raise ValueError(f"split_by: {split_by!r} is a key column; splitting by it changes nothing")
+    if partitions is not None:
+        check_partitions(partitions)
+    if cost not in COSTS:
+        raise ValueError(f"cost must be one of {', '.join(COSTS)}, got {cost!r}")
+    if not callable(func):
+        raise ValueError(f"func must be callable, got {func!r}")
+    if combine is not None and not callable(combine):
+        raise ValueError(f"combine must be callable, got {combine!r}")
+    if not isinstance(split_safe, bool):
+        raise ValueError(f"split_safe must be True or False, got {split_safe!r}")
+    if split_safe and combine is not None:
+        raise ValueError(
+            "split_safe: True says func's shard outputs are final rows, combine says they are partials "
+            "to merge; pass one of them, not both"
+        )
+    if split_by is not None and combine is None and not split_safe:
+        raise ValueError(split_unsafe_message(split_by))
+    if max_moves is not None and (
+        isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
+    ):
+        raise ValueError(f"max_moves must be an int >= 0, got {max_moves!r}")
+    reserved = sorted(name for name in columns if name.startswith(RESERVED_PREFIX))
+    if reserved:
+        raise ValueError(f"df: column {reserved[0]!r} is reserved by balanced_apply (prefix {RESERVED_PREFIX!r})")
+
+
+def parse_schema(schema: Any) -> StructType:
+    """A DDL string or StructType as a StructType; ValueError naming the schema when it doesn't parse,
+    or when it is one type and not columns (applyInPandas refuses those too).
+
+    `DataType.fromDDL` asks the session's parser once (about 2 ms); an empty DataFrame of the schema,
+    which gives the same type, took 30 to 40 ms of every call.
+    """
+    from pyspark.sql.types import DataType, StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    if not isinstance(schema, str) or not schema.strip():
+        raise ValueError(f"schema must be a DDL string or a StructType, got {schema!r}")
+    try:
+        parsed = DataType.fromDDL(schema)
+    except Exception as exc:  # ParseException, PySparkException: a one-line reason is enough
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"schema: cannot parse {schema!r}: {first[:200]}") from None
+    if not isinstance(parsed, StructType):
+        raise ValueError(f"schema: {schema!r} is one type, not columns (write it as 'name {schema.strip()}')")
+    return parsed
+
+
+
+
+def split_unsafe_message(split_by: str) -> str:
+    """Why `split_by` without `combine` is refused, and the two ways on."""
+    return (
+        f"split_by={split_by!r} without combine: a hot key is split into shards by {split_by!r} and func "
+        "runs once per shard, so a func whose rows need the whole key (a count, a mean, one row per key) "
+        "would return one partial row per shard instead of applyInPandas' rows. Pass combine=, a function "
+        "that merges a split key's shard outputs into its rows, or split_safe=True if each of func's "
+        f"output rows depends only on rows of one {split_by!r} value (for example, one row per {split_by!r})."
+    )
+
+
+def balanced_apply(
+    df: DataFrame,
+    key: str | Sequence[str],
+    func: Callable[..., pd.DataFrame],
+    schema: Any,
+    partitions: int | None = None,
+    split_by: str | None = None,
+    combine: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+    cost: str = "rows",
+    store: PlanStore | str | Path | None = None,
+    max_moves: int | None = None,
+    split_safe: bool = False,
+) -> BalancedApply:
+    """`df.groupBy(key).applyInPandas(func, schema)`, with keys placed on tasks by measured cost.
+
+    Spark places a grouped map's keys by hash, so a heavy key, or a task that drew many small ones,
+    becomes a straggler. Here the keys are counted first (one Spark job now, two when `split_by`
+    finds hot keys: cache `df` if it is costly), placed on `partitions` tasks by weight, and one
+    exchange sends each key's rows to its task. `result.frame` stays lazy, like applyInPandas.
+
+    func: gets one key's rows as a pandas DataFrame with `df`'s columns, indexed 0..n-1, with the
+        dtypes applyInPandas would give; a two-argument func gets the key tuple first. It returns
+        a DataFrame matching `schema` (a DDL string or StructType), by name or by position as
+        applyInPandas matches. Null keys form one group. An exception in func, or an output that
+        does not fit the schema, is raised with the key it came from.
+    partitions: the tasks; default `spark.sql.shuffle.partitions`, as `groupBy` uses.
+    split_by: a column by which a key heavier than total/partitions may be split into shards
+        (`pmod(hash(split_by), 64)` buckets packed into shards); func then runs once per shard.
+        Never split without it. A shard holds all rows of each `split_by` value it has.
+    combine: `combine(partials) -> rows`: merges a split key's shard outputs (func's rows of its
+        shards, concatenated) into that key's rows; any decomposable aggregation (counts, sums,
+        min/max, sketches). Unsplit keys' outputs pass through untouched.
+    split_safe: True says func's output rows each depend only on rows of one `split_by` value
+        (one row per `split_by` value, or finer groups), so shard outputs are the final rows.
+        `split_by` needs `combine` or `split_safe=True` (not both): otherwise a hot key would
+        silently come back as one partial result per shard, and ValueError says so.
+    cost: "rows" weighs a key by its rows; "seconds" by the seconds its calls took in the run the
+        store last recorded (a key not measured: its rows at that run's per-row rate). Seconds are
+        on `rebalancer.pipeline.clock.own_clock` (monotonic less time spent waiting for a CPU).
+    store: a `PlanStore` or directory holding the last plan and the measured seconds. A stored
+        plan for the same key columns and partitions is kept while its max/min task load under
+        the new weights stays below 1.15 (otherwise the fewest keys move that balance it). The plan is written now; the measurements when `task_stats()` is
+        called, or when the next balanced_apply with this store starts. A damaged store is ignored
+        with one warning.
+    max_moves: with a stored plan, at most this many keys change task.
+
+    Returns a `BalancedApply`: `.frame` (the rows applyInPandas would give, in another order),
+    `.plan` (`ApplyPlan`: slot per key or shard, rows and load per slot, split keys, moves) and
+    `.task_stats()` (rows, seconds, calls per task after an action; it also records the seconds
+    into the store; not available on Spark Connect, which has no accumulators).
+
+    Bad arguments raise ValueError naming them. On a local master, a worker Python that cannot
+    import numpy, pandas, pyarrow or rebalancer raises RuntimeError naming it before any job.
+    Spark pickles func by reference when it lives in an importable module: ship that module to
+    the executors, or `pyspark.cloudpickle.register_pickle_by_value(module)`.
+    """
+    key_columns = [key] if isinstance(key, str) else list(key)
+    _check_arguments(df, key_columns, func, partitions, split_by, combine, split_safe, cost, max_moves)
+    spark = df.sparkSession
+    out_schema = parse_schema(schema)
+    slots = partitions if partitions is not None else shuffle_partitions(spark)
+    check_worker_python(spark)
+    plan_store = store if isinstance(store, PlanStore) or store is None else PlanStore(store)
+    if plan_store is not None:
+        flush_pending(plan_store)
+    measured = plan_store.key_costs(key_columns) if plan_store is not None and cost == "seconds" else {}
+    previous = plan_store.previous_owner(key_columns, slots) if plan_store is not None else {}
+    counts = count_keys(df, key_columns)
+    buckets: dict[Key, dict[int, int]] = {}
+    if split_by is not None and slots > 1:
+        heavy = [k for k, n in shard_counts(counts, slots, cost, measured)[1].items() if n > 1]
+        if heavy:
+            buckets = count_buckets(df, key_columns, split_by, heavy)
+    plan = plan_keys(counts, buckets, slots, key_columns, cost, measured, previous, max_moves)
+    log.info(
+        "balanced_apply: %d keys on %d slots by %s, %d split, %d moved, %d placed%s",
+        len(counts),
+        slots,
+        cost,
+        len(plan.split),
+        len(plan.moves),
+        len(plan.placements),
+        f" (kept: {plan.skipped})" if plan.skipped else "",
+    )
+    # Lightest first within a task: a call is charged from the previous call's end, so the heavy
+    # keys carry their own Arrow conversion, and only the lightest call of a task goes uncharged.
+    index = sorted(plan.owner, key=lambda item: (plan.owner[item], plan.weights[item]))
+    connect = is_connect(spark)
+    if connect and cost == "seconds":
+        log.warning("balanced_apply: cost='seconds' on Spark Connect has no seconds to learn from "
+                    "(no accumulators); keys are weighted by the store's last measurements, or by rows")
+    tasks = None if connect else spark.sparkContext.accumulator({}, TaskStatsParam())
+    items = None if connect else spark.sparkContext.accumulator({}, SumParam())
+    waits = None if connect else spark.sparkContext.accumulator({}, SumParam())
+    combining = combine is not None and bool(plan.split)
+    combine_group: dict[int, int] | None = None
+    stage_schema = out_schema
+    if combining:
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        split_index = {split_key: n for n, split_key in enumerate(plan.split)}
+        combine_group = {
+            position: split_index[item.key] for position, item in enumerate(index) if item.shard != WHOLE
+        }
+        stage_schema = StructType([*out_schema.fields, StructField(COMBINE_COLUMN, LongType(), False)])
+    keyed = with_slot_columns(df, plan, index, split_by)
+    by_name = str(
+        spark.conf.get("spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName", "true")
+    ).lower() == "true"
+    call = make_call(
+        func, key_columns, OutputCheck(out_schema.fieldNames(), by_name), tasks, items, waits, combine_group
+    )
+    terms = PandasTerms.of(spark)
+    # One exchange realises the plan; each task sorts its rows by item (an int: the keys were
+    # compared once, on the map side) and `grouped_map` cuts the items out in Python.
+    frame = (
+        keyed.repartition(slots, SLOT_COLUMN)
+        .sortWithinPartitions(ITEM_COLUMN)
+        .drop(SLOT_COLUMN)
+        .mapInArrow(grouped_map(call, key_columns, terms, stage_schema), stage_schema)
+    )
+    if combining and combine is not None:
+        frame = frame.groupBy(COMBINE_COLUMN).applyInPandas(
+            make_merge(combine, out_schema.fieldNames()), out_schema
+        )
+    result = BalancedApply(
+        frame=frame, plan=plan, _tasks=tasks, _items=items, _waits=waits, _index=index, _store=plan_store
+    )
+    if plan_store is not None:
+        plan_store.save_plan(plan)
+        hold_pending(plan_store, result)
+    return result

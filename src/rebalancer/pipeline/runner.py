@@ -1,0 +1,293 @@
+"""`run(RunRequest(...))`: what `rebalancer pipeline run` does, from Python.
+
+The request is validated once, where it is made; the output mode (Spark's SaveMode words: error,
+overwrite, append) is applied before any work, so two runs' outputs never end up mixed in one
+directory. `cmd_run` builds a `RunRequest` from its flags and calls `run`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.pipeline._checks import check_partitions
+from rebalancer.pipeline.contract import FORMATS
+from rebalancer.pipeline.dispatch import PARTITIONINGS
+from rebalancer.pipeline.output_mode import OUTPUT_MODES, check_output_mode, clear_outputs
+from rebalancer.pipeline.paths import join
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from rebalancer.pipeline.contract import Input
+    from rebalancer.pipeline.framework import Pipeline
+    from rebalancer.pipeline.sinks import PostgresSink
+    from rebalancer.pipeline.stream import BatchProgress
+
+log = logging.getLogger(__name__)
+
+COSTS = ("rows", "seconds")
+
+
+def _at_least(name: str, value: int | float | None, low: int | float, exclusive: bool = False) -> None:
+    if value is None:
+        return
+    bad = isinstance(value, bool) or not isinstance(value, int | float) or (value <= low if exclusive else value < low)
+    if bad:
+        raise ValueError(f"{name} must be {'>' if exclusive else '>='} {low}, got {value!r}")
+
+
+def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One pipeline run, as `rebalancer pipeline run` takes it: checked here, once, when made.
+
+    `input` is a path, a Hadoop filesystem URI, a `kafka://HOST:PORT/TOPIC[?…]` URL, or an input
+    already inspected (`ingest.inspect_input`, `kafka.telemetry.parse_kafka_url`). `mode` is what
+    happens to an `output` that already holds a run: "error" refuses it, "overwrite" clears it
+    first (report and plan included), "append" adds this run to it (a stream resuming from its
+    checkpoint, a Kafka `?group=` run). `plan_from` (a plan.json, or a run's output directory) is
+    the only way a previous plan reaches this run.
+    """
+
+    input: str | Path | Input
+    output: str | Path = "out"
+    partitions: int | None = None  # None: the session's default parallelism
+    partitioning: str = "weighted"
+    handlers: Pipeline | None = None
+    cost: str = "rows"
+    mode: str = "error"
+    plan_from: str | Path | None = None
+    format: str | None = None
+    columns: Mapping[str, str] | None = None
+    stream: bool = False
+    rebalance_every: int = 5
+    max_moves: int | None = None
+    max_batches: int | None = None
+    files_per_batch: int = 1
+    available_now: bool = False
+    checkpoint: str | Path | None = None  # a stream's; default OUTPUT/_checkpoint
+    group_cost: int = 0
+    report: bool = True
+    report_dir: str | Path | None = None
+    sink: PostgresSink | None = field(default=None, repr=False)
+    kafka_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.partitions is not None:
+            check_partitions(self.partitions)
+        _one_of("partitioning", self.partitioning, PARTITIONINGS)
+        _one_of("cost", self.cost, COSTS)
+        _one_of("mode", self.mode, OUTPUT_MODES)
+        if self.format is not None:
+            _one_of("format", self.format, FORMATS)
+            if self.is_kafka:
+                raise ValueError(f"format: a kafka:// input holds JSON values, --format {self.format} is for files")
+        _at_least("rebalance-every", self.rebalance_every, 1)
+        _at_least("max-moves", self.max_moves, 0)
+        _at_least("max-batches", self.max_batches, 1)
+        _at_least("files-per-batch", self.files_per_batch, 1)
+        _at_least("group-cost", self.group_cost, 0)
+        _at_least("kafka-timeout", self.kafka_timeout, 0, exclusive=True)
+        if self.kafka_timeout is not None and not self.is_kafka:
+            raise ValueError("kafka-timeout: is for a kafka:// input")
+        if self.plan_from is not None and self.stream:
+            raise ValueError(
+                f"plan-from: a stream re-plans from its checkpoint, got --plan-from {self.plan_from} with --stream"
+            )
+        if not self.stream:
+            for name, value in (("checkpoint", self.checkpoint), ("max-batches", self.max_batches)):
+                if value is not None:
+                    raise ValueError(f"{name}: is for a stream (--stream), got {value}")
+
+    @property
+    def is_kafka(self) -> bool:
+        text = self.input if isinstance(self.input, str) else None
+        return getattr(self.input, "format", None) == "kafka" or bool(text and text.lower().startswith("kafka://"))
+
+    @property
+    def keyed_by_batch(self) -> bool:
+        """Outputs under batch_id=N/ (a stream, a Kafka `?group=` run), not under date=…/ alone."""
+        if self.stream:
+            return True
+        if isinstance(self.input, str):
+            from urllib.parse import parse_qsl, urlsplit
+
+            return self.is_kafka and any(k.lower() == "group" for k, _ in parse_qsl(urlsplit(self.input).query))
+        return any(k.lower() == "group" for k in getattr(self.input, "options", None) or {})
+
+    @property
+    def checkpoint_location(self) -> str | Path | None:
+        if not self.stream:
+            return None
+        return self.checkpoint or join(self.output, "_checkpoint")
+
+    def check_output(self, spark: SparkSession | None = None) -> None:
+        """The output mode's refusals, before any work: a local output's before Spark starts, a
+        remote one's (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem."""
+        check_output_mode(
+            self.output,
+            self.mode,
+            self.keyed_by_batch,
+            self.report_dir,
+            self.checkpoint if self.stream else None,
+            spark=spark,
+        )
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run's outcome, as summary.json holds it: the figures most callers read as fields, and
+    every other one (handlers, sink, stage seconds, …) in `details`, the file's whole content."""
+
+    input: str
+    output: str
+    output_mode: str | None
+    partitions: int
+    partitioning: str
+    ingested: int
+    accepted: int
+    quarantined: int
+    quarantine_reasons: dict[str, int]
+    types: int
+    task_rows: list[int]
+    task_seconds: list[float]
+    skew_ratio: float | None
+    elapsed_s: float
+    plan_reused: dict[str, Any] | None = None
+    batches: int | None = None  # a stream's micro-batches; None for a batch run
+    interrupted: bool = False
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunSummary:
+        return cls(
+            input=data["input"],
+            output=data["output"],
+            output_mode=data.get("output_mode"),
+            partitions=data["partitions"],
+            partitioning=data["partitioning"],
+            ingested=data["ingested"],
+            accepted=data["accepted"],
+            quarantined=data["quarantined"],
+            quarantine_reasons=dict(data["quarantine_reasons"]),
+            types=data["types"],
+            task_rows=list(data["task_rows"]),
+            task_seconds=list(data["task_seconds"]),
+            skew_ratio=data.get("skew_ratio"),
+            elapsed_s=data["elapsed_s"],
+            plan_reused=data.get("plan_reused"),
+            batches=data.get("batches"),
+            interrupted=bool(data.get("interrupted", False)),
+            details=dict(data),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's content."""
+        return dict(self.details)
+
+    def plan_line(self) -> str:
+        """How the run came by its plan, in one line."""
+        reused = self.plan_reused
+        if reused is None:
+            return "plan: made afresh" if self.batches is None else "plan: the stream's own, re-planned as it goes"
+        return f"plan: reused from {reused['from']} ({reused['kept']} items kept, {reused['moved']} moved)"
+
+
+def resolve_input(request: RunRequest, spark: SparkSession | None = None) -> Input:
+    """The request's input, inspected (files) or parsed (a kafka:// URL)."""
+    from rebalancer.pipeline.ingest import inspect_input
+
+    source = request.input
+    if not isinstance(source, str | Path):
+        return source
+    if isinstance(source, str) and source.lower().startswith("kafka://"):
+        from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
+
+        return parse_kafka_url(source, request.columns).with_timeout(request.kafka_timeout)
+    return inspect_input(source, request.format, request.columns, spark=spark)
+
+
+def run(
+    request: RunRequest,
+    spark: SparkSession | None = None,
+    progress: Callable[[str], None] | None = None,
+    on_batch: Callable[[BatchProgress], None] | None = None,
+) -> RunSummary:
+    """Run the pipeline as `rebalancer pipeline run` does, and return its summary.
+
+    `spark` defaults to the active session. `progress` is called with each stage's name (a batch
+    run), `on_batch` with each micro-batch applied (a stream). Raises ValueError, naming the field,
+    for a request the output refuses (see `RunRequest.mode`) or an input that cannot be read.
+    """
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise ValueError("spark: no active SparkSession; pass spark= (see rebalancer.pipeline.session.build_session)")
+    request.check_output(spark)
+    spec = resolve_input(request, spark)
+    if request.sink is not None:
+        from rebalancer.pipeline.sinks import prepare_sink
+
+        # A table with other columns fails here, before any work; a group run keys its tables by batch.
+        prepare_sink(request.sink, spark, stream=request.keyed_by_batch, handlers=request.handlers)
+    clear_outputs(request.output, request.mode, request.report_dir, request.checkpoint_location, spark)
+    if request.stream:
+        from rebalancer.pipeline.stream import StreamConfig, run_stream
+
+        partitions = request.partitions
+        if partitions is None:
+            from rebalancer.pipeline.session import default_parallelism
+
+            partitions = default_parallelism(spark)
+        config = StreamConfig(
+            partitions=partitions,
+            partitioning=request.partitioning,
+            rebalance_every=request.rebalance_every,
+            max_moves=request.max_moves,
+            max_batches=request.max_batches,
+            files_per_batch=request.files_per_batch,
+            available_now=request.available_now,
+            checkpoint=request.checkpoint,
+        )
+        summary = run_stream(
+            spark,
+            spec,  # type: ignore[arg-type]  # an Input: the stream reads it through the protocol
+            request.output,
+            config,
+            sink=request.sink,
+            handlers=request.handlers,
+            cost=request.cost,
+            report_dir=request.report_dir,
+            on_batch=on_batch,
+            output_mode=request.mode,
+        )
+    else:
+        from rebalancer.pipeline.batch import run_batch
+
+        summary = run_batch(
+            spark,
+            spec,
+            request.output,
+            partitioning=request.partitioning,
+            partitions=request.partitions,
+            progress=progress,
+            report=request.report,
+            group_cost=request.group_cost,
+            sink=request.sink,
+            handlers=request.handlers,
+            cost=request.cost,
+            report_dir=request.report_dir,
+            plan_from=request.plan_from,
+            output_mode=request.mode,
+        )
+    return RunSummary.from_json(summary)

@@ -1,0 +1,150 @@
+"""What `rebalancer pipeline run` prints: a progress line per stage, then the run's summary table."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rebalancer.pipeline.output_mode import REPORT_FILES
+from rebalancer.pipeline.paths import join, local_path
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def stages(console: Any) -> Iterator[Callable[[str], None]]:
+    """A progress line per stage: the current one spins, finished ones show their time."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    # Transient: the summary lists every stage's seconds, labelled, once the run is over.
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        current: list[Any] = []
+
+        def step(stage: str) -> None:
+            log.info("stage: %s", stage)
+            if current:
+                bar.update(current[-1], completed=1)
+                bar.stop_task(current[-1])
+            current.append(bar.add_task(stage, total=1))
+
+        yield step
+        if current:
+            bar.update(current[-1], completed=1)
+            bar.stop_task(current[-1])
+
+
+def written(
+    summary: dict[str, Any], names: tuple[str, ...], report_dir: Path | None, report: bool
+) -> list[str]:
+    """The outputs among `names`, as the user would open them. A remote output is listed, not looked
+    at: the session that could reach it has stopped."""
+    found = []
+    for name in names:
+        in_reports = name in REPORT_FILES
+        if in_reports and name == "report.html" and (not report or "batches" in summary):
+            continue  # --no-report, or a stream (it writes no report)
+        base: str | Path = report_dir if report_dir is not None and in_reports else summary["output"]
+        shown = str(join(base, name))
+        local = local_path(base)
+        if local is None:
+            found.append(shown + ("" if in_reports else "/"))
+        elif (local / name).exists():
+            found.append(shown + ("/" if (local / name).is_dir() else ""))
+    return found
+
+
+def print_summary(
+    console: Any, summary: dict[str, Any], report_dir: Path | None = None, report: bool = True
+) -> None:
+    """This run against Spark's hash placement, the files written, and where the report is."""
+    from rich.table import Table
+
+    from rebalancer.pipeline.report import format_skew
+
+    table = Table(title="rebalancer pipeline", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    quarantined = f"{summary['quarantined']:,}"
+    if summary["quarantined"]:
+        quarantined += "  (" + ", ".join(f"{k} {v:,}" for k, v in summary["quarantine_reasons"].items()) + ")"
+    rows = [
+        ("input", summary["input"]),
+        ("partitioning", f"{summary['partitioning']} over {summary['partitions']} tasks"),
+        ("rows ingested", f"{summary['ingested']:,}"),
+        ("accepted", f"{summary['accepted']:,}"),
+        ("quarantined", quarantined),
+        ("types", str(summary["types"])),
+    ]
+    if "batches" in summary:
+        rows.insert(2, ("micro-batches", str(summary["batches"])))
+    if summary.get("hash_load"):
+        ours = f"this run ({summary['partitioning']})"
+        rows += [
+            (
+                "skew, max/median task rows",
+                f"{format_skew(summary['skew_ratio'])} {ours}, {format_skew(summary['hash_skew_ratio'])} with Spark's hash",
+            ),
+            (
+                "largest task, rows",
+                f"{max(summary['planned_load']):,} planned, {max(summary['hash_load']):,} with Spark's hash",
+            ),
+        ]
+    else:
+        rows.append(("skew, max/median task rows", format_skew(summary.get("skew_ratio"))))
+    stages = ", ".join(
+        f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()
+    )
+    rows.append(("elapsed", f"{summary['elapsed_s']:.1f} s" + (f"  ({stages})" if stages else "")))
+    lines = handler_lines(summary)
+    if lines:
+        rows.append(("handlers", "\n".join(lines)))
+    names = (
+        "metrics",
+        *[h for h in summary.get("handlers", {}) if h != "metrics"],
+        "quarantine",
+        "summary.json",
+        "plan.json",
+        "report.html",
+    )
+    files = written(summary, names, report_dir, report)
+    rows.append(("files written", "\n".join(files)))
+    if summary.get("sink"):
+        from rebalancer.pipeline.sinks.outputs import describe
+
+        rows.append(("database", describe(summary["sink"])))
+    for what, value in rows:
+        table.add_row(what, value)
+    console.print(table)
+    page = next((file for file in files if file.endswith("report.html")), None)
+    if page is not None:
+        console.print(f"report: {page}  (open it in a browser)", highlight=False)
+
+
+def handler_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per handler (types, rows, calls, task-seconds skew) and the unhandled rows, if any."""
+    from rebalancer.pipeline.report import format_skew
+
+    handlers = summary.get("handlers", {})
+    if set(handlers) <= {"metrics"} and not summary.get("unhandled"):
+        return []
+    lines = []
+    for name, section in handlers.items():
+        calls = section.get("calls")
+        line = f"{name}: {section['types']} types, {section['rows']:,} rows"
+        if calls is not None:
+            line += f", {calls:,} calls"
+        if "seconds_skew_ratio" in section:
+            line += f", skew {format_skew(section['seconds_skew_ratio'])} (max/median task seconds)"
+        lines.append(line)
+    if summary.get("unhandled"):
+        lines.append(f"unhandled: {summary['unhandled']:,} rows of {len(summary['unhandled_types'])} types")
+    return lines

@@ -1,0 +1,222 @@
+"""A private PostgreSQL server on 127.0.0.1 in one directory: for tests, benchmarks and trying `--sink`.
+
+PostgreSQL refuses to run as root, so under root every server command runs as the `postgres` user
+(`runuser -u postgres --`) and the directory is handed to that user. The password is generated and
+kept in `DIR/sink-url` (mode 0600), never printed.
+
+    rebalancer pipeline postgres start --dir /tmp/rebalancer-pg
+    rebalancer pipeline run --sink "$(cat /tmp/rebalancer-pg/sink-url)"
+    rebalancer pipeline postgres stop --dir /tmp/rebalancer-pg
+
+A test peer, as `MockKafkaCluster` is (it was `rebalancer.pipeline.sinks.local.LocalPostgres`, which
+still imports).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import quote
+
+from rebalancer._numbers import parse_int
+
+log = logging.getLogger(__name__)
+
+SERVER_USER = "postgres"
+URL_FILE = "sink-url"
+# Durability is pointless for a throw-away test server; the benchmark keeps the defaults.
+FAST_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+
+
+def server_bindir() -> Path:
+    """The newest `/usr/lib/postgresql/<major>/bin` with initdb, else the directory of `initdb` on PATH."""
+
+    def major(path: str) -> int:
+        # Not isdigit(): it passes '²' (which int() then refuses) and reads '١٧' as 17.
+        try:
+            return parse_int(Path(path).parent.parent.name, field="PostgreSQL major version")
+        except ValueError:
+            return 0  # not a version directory: sorted first
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=major)
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).parent
+    raise FileNotFoundError(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found; run scripts/ensure-postgres.sh"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class LocalPostgres:
+    """initdb + pg_ctl in `directory`, listening on 127.0.0.1 only; a context manager that stops it."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        port: int | None = None,
+        user: str = "rebalancer",
+        database: str = "rebalancer",
+        fast: bool = False,
+    ) -> None:
+        self.directory = Path(directory).absolute()
+        self.port = port or free_port()
+        self.user = user
+        self.database = database
+        self.fast = fast
+        self._password = secrets.token_urlsafe(18)
+        self._as_server: list[str] = []
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(SERVER_USER)
+            except KeyError as exc:
+                raise ValueError(
+                    f"running as root needs a '{SERVER_USER}' user to run PostgreSQL as"
+                ) from exc
+            self._as_server = ["runuser", "-u", SERVER_USER, "--"]
+        self.bindir = server_bindir()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def url(self) -> str:
+        """The connection URL, password included: pass it on, never log it."""
+        return (
+            f"postgresql://{quote(self.user, safe='')}:{quote(self._password, safe='')}"
+            f"@127.0.0.1:{self.port}/{quote(self.database, safe='')}"
+        )
+
+    @property
+    def display_url(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    def __repr__(self) -> str:
+        return f"LocalPostgres({self.display_url!r}, directory={str(self.directory)!r})"
+
+    def _run(self, *args: str) -> None:
+        result = subprocess.run([*self._as_server, *args], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            raise RuntimeError(f"{Path(args[0]).name} failed: {detail[-1] if detail else result.returncode}")
+
+    def _hand_over(self, path: Path) -> None:
+        if self._as_server:
+            entry = pwd.getpwnam(SERVER_USER)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def start(self) -> str:
+        """Create the cluster and database if needed, start the server, and return `url`."""
+        if (self.data_dir / "postmaster.pid").exists():
+            raise ValueError(f"a PostgreSQL server is already running in {self.directory}; stop it first")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)
+        self._hand_over(self.directory)
+        if (
+            self._as_server
+            and subprocess.run([*self._as_server, "test", "-w", str(self.directory)], check=False).returncode
+        ):
+            raise ValueError(
+                f"{self.directory} must be reachable by the '{SERVER_USER}' user: its parent directories need o+x"
+            )
+        if not (self.data_dir / "PG_VERSION").exists():
+            pwfile = self.directory / ".initdb-pw"
+            pwfile.write_text(self._password + "\n")
+            pwfile.chmod(0o600)
+            self._hand_over(pwfile)
+            try:
+                self._run(
+                    str(self.bindir / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    self.user,
+                    "--pwfile",
+                    str(pwfile),
+                    "-A",
+                    "scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--locale",
+                    "C",
+                    "--no-sync",
+                )
+            finally:
+                pwfile.unlink(missing_ok=True)
+            self._write_url()
+        else:
+            self._read_password()
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
+        if self.fast:
+            options += "".join(f" -c {setting}" for setting in FAST_SETTINGS)
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data_dir),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.directory / "server.log"),
+            "-o",
+            options,
+            "start",
+        )
+        self._write_url()
+        self._create_database()
+        log.info("PostgreSQL started: %s", self.display_url)
+        return self.url
+
+    def _write_url(self) -> None:
+        path = self.directory / URL_FILE
+        path.touch(mode=0o600, exist_ok=True)
+        path.chmod(0o600)
+        path.write_text(self.url + "\n")
+
+    def _read_password(self) -> None:
+        """A restart of an existing directory keeps its password (from the URL file)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        saved = conninfo_to_dict((self.directory / URL_FILE).read_text().strip())
+        self._password = str(saved.get("password", ""))
+
+    def _create_database(self) -> None:
+        import psycopg
+
+        admin = self.url.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
+            if not exists:
+                from psycopg import sql
+
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
+
+    def stop(self) -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-m", "fast", "stop")
+            log.info("PostgreSQL stopped: %s", self.display_url)
+
+    def __enter__(self) -> LocalPostgres:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

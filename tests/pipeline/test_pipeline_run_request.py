@@ -1,0 +1,213 @@
+"""`RunRequest`'s checks, the output modes and `generate --overwrite`: no Spark needed.
+
+Each case a new user met: a second run mixing its outputs into the first's `out/`, a stream's
+batch_id=N/ folders next to a batch run's date=…/ ones, a stale report.html, and `generate` with
+fewer files leaving the older ones to be read too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rebalancer.pipeline.generate import GenerateConfig, generate
+from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
+from rebalancer.pipeline.runner import RunRequest, RunSummary
+
+EXE = str(Path(sys.executable).with_name("rebalancer"))
+
+
+def _batch_run(out: Path) -> Path:
+    """What a batch run leaves: metrics by date, quarantine, the report files and a handler's plan store."""
+    (out / "metrics" / "date=2026-01-01").mkdir(parents=True)
+    (out / "metrics" / "date=2026-01-01" / "part-0.parquet").write_bytes(b"x")
+    (out / "quarantine").mkdir()
+    (out / "_plans" / "top").mkdir(parents=True)
+    for name in ("summary.json", "plan.json", "report.html"):
+        (out / name).write_text("{}")
+    return out
+
+
+def _stream_run(out: Path) -> Path:
+    (out / "metrics" / "batch_id=0" / "date=2026-01-01").mkdir(parents=True)
+    (out / "_checkpoint" / "rebalancer").mkdir(parents=True)
+    (out / "summary.json").write_text("{}")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"partitions": 0}, "partitions must be an int >= 1, got 0"),
+        ({"partitions": True}, "partitions must be an int >= 1, got True"),
+        ({"mode": "replace"}, "mode must be one of error, overwrite, append, got 'replace'"),
+        ({"partitioning": "range"}, "partitioning must be one of"),
+        ({"cost": "bytes"}, "cost must be one of rows, seconds, got 'bytes'"),
+        ({"rebalance_every": 0, "stream": True}, "rebalance-every must be >= 1, got 0"),
+        ({"max_moves": -1}, "max-moves must be >= 0, got -1"),
+        ({"files_per_batch": 0}, "files-per-batch must be >= 1, got 0"),
+        ({"group_cost": -2}, "group-cost must be >= 0, got -2"),
+        ({"format": "xml"}, "format must be one of parquet, csv, jsonl, got 'xml'"),
+        ({"plan_from": "p.json", "stream": True}, "plan-from: a stream re-plans from its checkpoint"),
+        ({"checkpoint": "ck"}, "checkpoint: is for a stream (--stream), got ck"),
+        ({"max_batches": 2}, "max-batches: is for a stream (--stream), got 2"),
+        ({"kafka_timeout": 5.0}, "kafka-timeout: is for a kafka:// input"),
+    ],
+)
+def test_a_bad_request_is_refused_naming_the_field(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input="data", **fields)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_kafka_request_takes_no_file_format_and_knows_a_group_keys_by_batch() -> None:
+    with pytest.raises(ValueError, match=r"^format: a kafka:// input holds JSON values"):
+        RunRequest(input="kafka://h:9092/t", format="csv")
+    assert RunRequest(input="kafka://h:9092/t?group=g").keyed_by_batch is True
+    assert RunRequest(input="kafka://h:9092/t").keyed_by_batch is False
+    assert RunRequest(input="data", stream=True).keyed_by_batch is True
+    assert RunRequest(input="data").keyed_by_batch is False
+
+
+def test_error_mode_refuses_a_directory_holding_a_run_naming_the_flag(tmp_path: Path) -> None:
+    out = _batch_run(tmp_path / "out")
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input="data", output=out).check_output()
+    assert str(caught.value) == (
+        f"output {out} already holds a run's outputs (_plans, metrics, plan.json, …): "
+        "--mode overwrite replaces them, --mode append adds this run to them"
+    )
+    RunRequest(input="data", output=tmp_path / "new").check_output()  # nothing there: fine
+    (tmp_path / "empty").mkdir()
+    RunRequest(input="data", output=tmp_path / "empty").check_output()
+
+
+def test_error_mode_also_refuses_a_report_dir_holding_a_summary(tmp_path: Path) -> None:
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "summary.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"already holds a run's outputs \(summary.json\)"):
+        check_output_mode(tmp_path / "out", "error", False, report_dir=tmp_path / "reports")
+
+
+def test_error_mode_refuses_a_given_checkpoint_holding_a_stream(tmp_path: Path) -> None:
+    checkpoint = _stream_run(tmp_path / "ck")
+    request = RunRequest(input="data", output=tmp_path / "new", stream=True, checkpoint=checkpoint)
+    with pytest.raises(ValueError) as caught:
+        request.check_output()
+    assert str(caught.value) == (
+        f"checkpoint {checkpoint} already holds a stream's state: --mode append resumes from it, "
+        "--mode overwrite starts afresh"
+    )
+    RunRequest(input="data", output=tmp_path / "new", stream=True, checkpoint=checkpoint, mode="append").check_output()
+
+
+def test_append_refuses_a_stream_into_a_batch_output_and_the_reverse(tmp_path: Path) -> None:
+    batch_out = _batch_run(tmp_path / "batch")
+    stream_out = _stream_run(tmp_path / "stream")
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input="data", output=batch_out, stream=True, mode="append").check_output()
+    assert str(caught.value) == (
+        f"output {batch_out} holds a batch run's outputs, metrics/date=…/; --mode append would mix in "
+        "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/: give another --output or "
+        "--mode overwrite"
+    )
+    with pytest.raises(ValueError, match=r"holds a stream's \(or a Kafka group run's\) outputs"):
+        RunRequest(input="data", output=stream_out, mode="append").check_output()
+    # Like onto like is what append is for: a stream resuming, a group run adding its batch.
+    RunRequest(input="data", output=stream_out, stream=True, mode="append").check_output()
+    RunRequest(input="kafka://h:9092/t?group=g", output=stream_out, mode="append").check_output()
+    RunRequest(input="data", output=batch_out, mode="append").check_output()
+
+
+def test_overwrite_clears_the_whole_previous_run_report_and_plan_included(tmp_path: Path) -> None:
+    out = _batch_run(tmp_path / "out")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for name in ("summary.json", "plan.json", "report.html", "notes.txt"):
+        (reports / name).write_text("{}")
+    checkpoint = _stream_run(tmp_path / "elsewhere")
+    clear_outputs(out, "overwrite", reports, checkpoint, spark=None)
+    assert sorted(out.iterdir()) == []
+    assert sorted(p.name for p in reports.iterdir()) == ["notes.txt"]  # only the run's files go
+    assert not checkpoint.exists()
+
+
+def test_overwrite_refuses_to_clear_a_directory_that_holds_no_run(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "thesis.tex").write_text("years of work")
+    with pytest.raises(ValueError, match=r"is not empty and holds no run's outputs"):
+        clear_outputs(tmp_path / "home", "overwrite", None, None, spark=None)
+    assert (tmp_path / "home" / "thesis.tex").read_text() == "years of work"
+
+
+def test_error_and_append_modes_clear_nothing(tmp_path: Path) -> None:
+    out = _batch_run(tmp_path / "out")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    clear_outputs(out, "append", None, None, spark=None)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_the_summary_reads_summary_json_and_says_how_it_came_by_its_plan() -> None:
+    data = {
+        "input": "data", "output": "out", "output_mode": "overwrite", "partitions": 4,
+        "partitioning": "weighted", "ingested": 10, "accepted": 9, "quarantined": 1,
+        "quarantine_reasons": {"ts_missing": 1}, "types": 3, "task_rows": [3, 3, 2, 1],
+        "task_seconds": [0.1, 0.1, 0.1, 0.1], "skew_ratio": 1.2, "elapsed_s": 1.5,
+        "plan_reused": {"from": "old/plan.json", "kept": 5, "moved": 2}, "handlers": {},
+    }
+    summary = RunSummary.from_json(data)
+    assert (summary.skew_ratio, summary.output, summary.output_mode) == (1.2, "out", "overwrite")
+    assert summary.plan_line() == "plan: reused from old/plan.json (5 items kept, 2 moved)"
+    assert summary.to_json() == data
+    assert RunSummary.from_json({**data, "plan_reused": None}).plan_line() == "plan: made afresh"
+
+
+def test_generate_refuses_a_non_empty_directory_and_overwrite_leaves_no_older_files(tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    assert len(generate(GenerateConfig(events=400, types=5, files=4), out)) == 4
+    with pytest.raises(ValueError) as caught:
+        generate(GenerateConfig(events=400, types=5, files=2), out)
+    assert str(caught.value) == f"out: {out} is not empty; --overwrite clears it first"
+    assert len(list(out.iterdir())) == 4
+    written = generate(GenerateConfig(events=400, types=5, files=2), out, overwrite=True)
+    assert sorted(out.iterdir()) == sorted(written) and len(written) == 2
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_cli_run_into_a_used_output_fails_in_one_line_before_spark(tmp_path: Path) -> None:
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    _batch_run(tmp_path / "out")
+    done = _cli("pipeline", "run", "--input", "data", "--out", "out", cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "output out already holds a run's outputs" in lines[0] and "--mode overwrite" in lines[0]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == {}  # nothing touched
+
+
+def test_cli_stream_append_into_a_batch_output_fails_in_one_line(tmp_path: Path) -> None:
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    _batch_run(tmp_path / "out")
+    done = _cli("pipeline", "run", "--input", "data", "--out", "out", "--stream", "--mode", "append", cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "holds a batch run's outputs" in lines[0] and "--mode overwrite" in lines[0]
+
+
+def test_cli_generate_into_a_non_empty_directory_fails_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "old.parquet").write_bytes(b"x")
+    done = _cli("pipeline", "generate", "--out", "data", "--events", "100", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "rebalancer: error: out: data is not empty; --overwrite clears it first"
+    ], done.stderr
+    done = _cli("pipeline", "generate", "--out", "data", "--events", "100", "--files", "2", "--overwrite", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.suffix for p in (tmp_path / "data").iterdir()) == [".parquet", ".parquet"]
+    assert not (tmp_path / "data" / "old.parquet").exists()

@@ -1,0 +1,190 @@
+"""Human output fits the terminal: `COLUMNS` (rich's console width) bounds every line, tables turn
+vertical when too narrow, metric names carry units, reports read as sentences, --help lists choices."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rebalancer._console import console, print_items, print_table
+from rebalancer.cli import main
+from rebalancer.queue.stats import RebalanceReport
+from rebalancer.shedding.sim import COMBINATIONS, all_scenarios
+
+
+def run(capsys, monkeypatch, columns: int, *argv: str) -> list[str]:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def widest(lines: list[str]) -> int:
+    return max(len(line) for line in lines)
+
+
+def test_shedding_compare_fits_100_columns_and_turns_vertical(capsys, monkeypatch):
+    lines = run(capsys, monkeypatch, 100, "shedding", "compare", "--small")
+    assert widest(lines) <= 100
+    # The PIP-364 table (about 170 columns side by side) is printed one combination at a time.
+    assert lines[:7] == [
+        "PIP-364 table, measured (rating and the numbers it rests on)",
+        "combination: ThresholdShedder+LeastResourceUsageWithWeight",
+        "  heterogeneous:  normal (spread 60 % points, 0 overloaded broker-minutes, never converged)",
+        "  jitter:         good (0 moves, 0 oscillations)",
+        "  over-placement: bad (4 over-placements, never converged)",
+        "  over-unloading: bad (3 over-unloads, 40 oscillations, never converged)",
+        "  slow balancing: bad (never converged, 299 moves)",
+    ]
+    scenario = lines.index("every scenario")
+    assert lines[scenario + 1 : scenario + 10] == [
+        "heterogeneous — ThresholdShedder+LeastResourceUsageWithWeight",
+        "  moved (bundles):             0",
+        "  converged after (cycles):    never",
+        "  final spread (% points):     59.9",
+        "  oscillations (moves back):   0",
+        "  over-placement (brokers):    0",
+        "  over-unloading (brokers):    0",
+        "  overloaded (broker-minutes): 0",
+        "heterogeneous — UniformLoadShedder+LeastLongTermMessageRate",
+    ]
+    # The totals fit side by side at 100 columns: a table, its headers wrapped at spaces.
+    totals = lines.index("totals over the scenarios (a run that never converged counts the whole horizon)")
+    assert lines[totals + 1].startswith("┏") and lines[totals + 3] == (
+        "┃                                               ┃     moved ┃       to ┃ oscillations ┃"
+    )
+
+
+def test_shedding_compare_is_a_table_when_the_terminal_is_wide(capsys, monkeypatch):
+    lines = run(capsys, monkeypatch, 200, "shedding", "compare", "--small", "--scenario", "jitter")
+    assert widest(lines) <= 200
+    assert lines[1].startswith("┏") and "┃ combination " in lines[3]
+    assert not any(line.startswith("combination: ") for line in lines)
+
+
+SIMULATE_80 = """\
+over-placement: 40, 40, 40, 40, 69, 70 — AvgShedder (seed 0)
+┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┓
+┃ metric                            ┃ value ┃
+┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━┩
+│ moved (bundles)                   │     5 │
+│ unloaded (bundles)                │     5 │
+│ oscillations (moves back)         │     0 │
+│ over-placement (brokers)          │     0 │
+│ over-unloading (brokers)          │     0 │
+│ overloaded (broker-minutes)       │     0 │
+│ final spread (% points)           │  8.09 │
+│ converged after (cycles)          │    17 │
+│ stale decisions skipped (bundles) │     0 │
+│ failover placements (bundles)     │     0 │
+└───────────────────────────────────┴───────┘"""
+
+SIMULATE_30 = """\
+over-placement: 40, 40, 40,
+40, 69, 70 — AvgShedder (seed
+0)
+moved (bundles): 5
+unloaded (bundles): 5
+oscillations (moves back): 0
+over-placement (brokers): 0
+over-unloading (brokers): 0
+overloaded (broker-minutes): 0
+final spread (% points): 8.09
+converged after (cycles): 17
+stale decisions skipped
+  (bundles): 0
+failover placements (bundles):
+  0"""
+
+
+@pytest.mark.parametrize(("columns", "expected"), [(80, SIMULATE_80), (30, SIMULATE_30)])
+def test_shedding_simulate_names_each_metric_with_its_unit(capsys, monkeypatch, columns, expected):
+    lines = run(capsys, monkeypatch, columns, "shedding", "simulate", "--small")
+    assert lines == expected.splitlines()
+    assert widest(lines) <= columns
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_shedding_help_lists_the_scenarios_and_strategies(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main(["shedding", command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    scenarios = ", ".join(s.name for s in all_scenarios())
+    assert f"{scenarios} (default: over-placement)" in text if command == "simulate" else scenarios in text
+    assert "ThresholdShedder, UniformLoadShedder, OverloadShedder, AvgShedder, TransferShedder, BalancedShedder" in text
+    assert len(COMBINATIONS) == 6
+
+
+def test_a_rebalance_report_reads_as_a_sentence():
+    moved = RebalanceReport(3, 1.842, 1.117, 0.43, None, 1795681421.75)
+    assert str(moved) == (
+        "at 08:23:41 UTC, moved 3 partitions: worker load ratio (max/mean) 1.84 -> 1.12, "
+        "0.4 ms waiting for fences"
+    )
+    skipped = RebalanceReport(0, 1.0, 1.0, 0.0, "a membership change is in progress", 1795681421.75)
+    assert str(skipped) == "at 08:23:41 UTC, nothing moved: a membership change is in progress"
+    partly = RebalanceReport(1, 1.5, 1.2, 3.0, None, 0.0, "fence timed out")
+    assert str(partly).endswith("moved 1 partition: worker load ratio (max/mean) 1.50 -> 1.20, "
+                                "3.0 ms waiting for fences; some moves given back: fence timed out")
+    assert repr(moved).startswith("RebalanceReport(moved=3")  # repr keeps the fields
+
+
+def test_queue_demo_fits_and_prints_the_last_rebalance_as_a_sentence(capsys, monkeypatch):
+    lines = run(capsys, monkeypatch, 60, "queue", "demo", "--seconds", "0.3", "--rebalance-ms", "50",
+                "--types", "50", "--top", "3")
+    assert widest(lines) <= 60
+    text = "\n".join(lines)
+    assert "RebalanceReport(" not in text
+    assert re.search(r"^last rebalance: at \d\d:\d\d:\d\d UTC, (moved|nothing moved)", text, re.M)
+    assert "throughput (items/s)" in text and lines[-1] == "reconciled: produced == dispatched + unhandled == handled"
+
+
+def test_consumers_demo_wraps_under_its_own_indent(capsys, monkeypatch):
+    lines = run(capsys, monkeypatch, 60, "consumers", "demo", "--partitions", "20")
+    assert widest(lines) <= 60
+    i = lines.index("          rebalance of 20 partitions over 3 flows: 0")
+    assert lines[i + 1] == "            handoffs (the fewest possible), 20 mapped"
+    # An owner and its partitions stay on one line; the next owner continues under the indent.
+    now = next(j for j, line in enumerate(lines) if line.startswith("          now ready: c1 [0, 3, 6"))
+    assert lines[now : now + 3] == [
+        "          now ready: c1 [0, 3, 6, 9, 12, 15, 18]",
+        "            c2 [1, 4, 7, 10, 13, 16, 19]",
+        "            c3 [2, 5, 8, 11, 14, 17]",
+    ]
+
+
+def test_print_table_is_vertical_exactly_when_the_columns_do_not_fit(capsys, monkeypatch):
+    headers, rows = ["name", "load (msg/s)"], [["alpha", "1,200"], ["beta", "30"]]
+    monkeypatch.setenv("COLUMNS", "19")  # 5 + 7 (the longest word of each column) + 2 x 2 padding + 3 rules
+    print_table(console(), "brokers", headers, rows, right=["load (msg/s)"])
+    assert capsys.readouterr().out.splitlines() == [
+        "brokers",
+        "┏━━━━━━━┳━━━━━━━━━┓",
+        "┃       ┃    load ┃",
+        "┃ name  ┃ (msg/s) ┃",
+        "┡━━━━━━━╇━━━━━━━━━┩",
+        "│ alpha │   1,200 │",
+        "│ beta  │      30 │",
+        "└───────┴─────────┘",
+    ]
+    monkeypatch.setenv("COLUMNS", "18")  # one column short: a name-value table becomes name: value lines
+    print_table(console(), "brokers", headers, rows, right=["load (msg/s)"])
+    assert capsys.readouterr().out.splitlines() == ["brokers", "alpha: 1,200", "beta: 30"]
+    monkeypatch.setenv("COLUMNS", "17")
+    print_table(console(), "brokers", [*headers, "zone"], [[*r, "eu-west-1"] for r in rows])
+    assert capsys.readouterr().out.splitlines() == [
+        "brokers",
+        "name: alpha",
+        "  load (msg/s): 1,200",
+        "  zone:         eu-west-1",
+        "name: beta",
+        "  load (msg/s): 30",
+        "  zone:         eu-west-1",
+    ]
+
+
+def test_print_items_breaks_only_between_items(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "20")
+    print_items(console(), "now: ", ["c1 [0, 1]", "c2 [2, 3]", "c3 [4]"], "  ")
+    assert capsys.readouterr().out.splitlines() == ["  now: c1 [0, 1]", "    c2 [2, 3]", "    c3 [4]"]
