@@ -89,14 +89,17 @@ def test_stream_through_connect_stops_restarts_and_matches_a_local_stream(
 
     # 2. Restarted: the batch that was stopped before its commit runs now, then the rest; one line each,
     # and every 2nd batch re-plans.
-    lines = _batch_lines(_stream(connect_server.url, input_dir, out, "--available-now"), connect_server.log)
+    # --mode append: a restart adds to its own outputs (the default refuses an output that holds a run).
+    lines = _batch_lines(_stream(connect_server.url, input_dir, out, "--available-now", "--mode", "append"), connect_server.log)
     assert lines == [(1, FILES_PER_BATCH * ROWS_PER_FILE, False), (2, FILES_PER_BATCH * ROWS_PER_FILE, True)]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["batches"] == 3 and summary["ingested"] == first_rows
 
     # 3. New files arrive: only they are processed, on the same checkpoint; this run also sinks them.
     later_rows = _write_files(input_dir, FIRST_FILES, LATER_FILES, seed=22)
-    run = _stream(connect_server.url, input_dir, out, "--available-now", "--sink", postgres.url, "--sink-schema", pg_schema)
+    run = _stream(
+        connect_server.url, input_dir, out, "--available-now", "--mode", "append", "--sink", postgres.url, "--sink-schema", pg_schema
+    )
     assert _batch_lines(run, connect_server.log) == [(3, later_rows, False)]
     remote = json.loads((out / "summary.json").read_text())
     assert remote["ingested"] == first_rows + later_rows == remote["accepted"] + remote["quarantined"]
