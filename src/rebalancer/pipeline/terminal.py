@@ -1,8 +1,10 @@
-"""What `rebalancer pipeline run` prints: a progress line per stage, then the run's summary table."""
+"""What `rebalancer pipeline run` prints: its stages as they run (a live line, or a line each in a
+pipe), then the run's summary table."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,8 +17,18 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def stages(console: Any) -> Iterator[Callable[[str], None]]:
-    """A progress line per stage: the current one spins, finished ones show their time."""
+def stages(
+    console: Any, quiet: bool = False, clock: Callable[[], float] = time.perf_counter
+) -> Iterator[Callable[[str], None]]:
+    """A reporter for `run`'s stages: a live line on a terminal, one line per finished stage in a
+    pipe (a log keeps each stage's time), nothing with `quiet` (the summary alone)."""
+    if quiet:
+        yield lambda stage: log.info("stage: %s", stage)
+        return
+    if not console.is_terminal:
+        with _stage_lines(console, clock) as step:
+            yield step
+        return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     # Transient: the summary lists every stage's seconds, labelled, once the run is over.
@@ -40,6 +52,25 @@ def stages(console: Any) -> Iterator[Callable[[str], None]]:
         if current:
             bar.update(current[-1], completed=1)
             bar.stop_task(current[-1])
+
+
+@contextmanager
+def _stage_lines(console: Any, clock: Callable[[], float]) -> Iterator[Callable[[str], None]]:
+    """`stage: NAME (S s)` as each stage ends: a pipe has no live line to redraw."""
+    current: list[tuple[str, float]] = []
+
+    def finish() -> None:
+        if current:
+            stage, began = current.pop()
+            console.print(f"stage: {stage} ({clock() - began:.1f} s)", highlight=False, soft_wrap=True)
+
+    def step(stage: str) -> None:
+        log.info("stage: %s", stage)
+        finish()
+        current.append((stage, clock()))
+
+    yield step
+    finish()  # not after a failure: its one error line says what went wrong
 
 
 def written(
