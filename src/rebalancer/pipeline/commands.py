@@ -188,6 +188,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(
+        "--compare-hash",
+        action="store_true",
+        help="also run the same input under Spark's hash placement and show both walls and the time saved",
+    )
+    run.add_argument(
         "--quiet",
         action="store_true",
         help="print only the summary (default: the stages as they run, a line each when not on a terminal)",
@@ -326,6 +331,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         report=not args.no_report,
         report_dir=args.report_dir,
         kafka_timeout=getattr(args, "kafka_timeout", None),
+        compare_hash=getattr(args, "compare_hash", False),
     )
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     quiet = getattr(args, "quiet", False)

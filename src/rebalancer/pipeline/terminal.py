@@ -99,7 +99,7 @@ def print_summary(
     """This run against Spark's hash placement, the files written, and where the report is."""
     from rich.table import Table
 
-    from rebalancer.pipeline.report import format_skew
+    from rebalancer.pipeline.report import format_skew, wall_line
 
     table = Table(title="rebalancer pipeline", show_header=False)
     table.add_column("what", style="bold")
@@ -135,6 +135,9 @@ def print_summary(
         f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()
     )
     rows.append(("elapsed", f"{summary['elapsed_s']:.1f} s" + (f"  ({stages})" if stages else "")))
+    walls = wall_line(summary)
+    if walls:
+        rows.append(("wall, Spark's hash vs the plan", walls))
     lines = handler_lines(summary)
     if lines:
         rows.append(("handlers", "\n".join(lines)))
