@@ -21,17 +21,23 @@ EVEN_ROWS = 1.25
 UNEVEN_SECONDS = 1.5
 
 
-def wall_line(summary: dict[str, Any]) -> str | None:
+def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
     """--compare-hash's walls: Spark's hash, the plan, and what the plan saved (or lost)."""
     walls = summary.get("compare_hash")
     if not walls:
         return None
     saved = walls["saved_s"]
     share = "" if walls["saved_pct"] is None else f" ({abs(walls['saved_pct']):.0f}%)"
-    return (
-        f"{walls['hash_s']:.1f} s with Spark's hash, {walls['plan_s']:.1f} s under the plan: "
-        f"{abs(saved):.1f} s {'saved' if saved >= 0 else 'lost'}{share}"
-    )
+    return [
+        f"{walls['hash_s']:.1f} s with Spark's hash,",
+        f"{walls['plan_s']:.1f} s under the plan:",
+        f"{abs(saved):.1f} s {'saved' if saved >= 0 else 'lost'}{share}",
+    ]
+
+
+def wall_line(summary: dict[str, Any]) -> str | None:
+    phrases = wall_phrases(summary)
+    return None if phrases is None else " ".join(phrases)
 
 
 def uneven_seconds_note(summary: dict[str, Any]) -> str | None:
