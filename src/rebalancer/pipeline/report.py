@@ -21,6 +21,9 @@ EVEN_ROWS = 1.25
 UNEVEN_SECONDS = 1.5
 
 
+WALL_LABEL = "wall of dispatch, hash vs plan"
+
+
 def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
     """--compare-hash's walls: Spark's hash, the plan, and what the plan saved (or lost)."""
     walls = summary.get("compare_hash")
@@ -155,7 +158,7 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         ("types (sharded)", f"{summary['types']:,} ({', '.join(summary['sharded_types']) or 'none'})"),
         ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
         ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
-        *([("wall, Spark's hash vs the plan", walls)] if (walls := wall_line(summary)) else []),
+        *([(WALL_LABEL, walls)] if (walls := wall_line(summary)) else []),
         ("plan", _plan_line(plan)),
         ("rebalancer version, finished at", f"{summary.get('version')}, {summary.get('finished_at')}"),
     ]

@@ -120,7 +120,7 @@ def print_summary(
     rich would wrap at any space, splitting "with Spark's / hash" across lines."""
     from rich.table import Table
 
-    from rebalancer.pipeline.report import format_skew, wall_phrases
+    from rebalancer.pipeline.report import WALL_LABEL, format_skew, wall_phrases
 
     quarantined = [f"{summary['quarantined']:,}"]
     if summary["quarantined"]:
@@ -159,7 +159,7 @@ def print_summary(
     rows.append(("elapsed", [elapsed]))
     walls = wall_phrases(summary)
     if walls:
-        rows.append(("wall, Spark's hash vs the plan", [walls]))
+        rows.append((WALL_LABEL, [walls]))
     lines = handler_lines(summary)
     if lines:
         rows.append(("handlers", [_listed(line.split(", ")) for line in lines]))
