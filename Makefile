@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.installed-run
 .PHONY: run test lint bench java kafka spark-kafka postgres postgres-jdbc pulsar-conformance clean
 
 run: $(RUN_STAMP) java
-	$(BIN)/rebalancer pipeline run --mode overwrite
+	$(BIN)/rebalancer pipeline run --mode overwrite --compare-hash
 
 test: $(STAMP) java postgres kafka pulsar-conformance
 	$(BIN)/ruff check .

@@ -200,6 +200,63 @@ def _commit_group(group_read: GroupRead) -> None:
         ) from None
 
 
+# The stages placement acts on. Read, count and quarantine do not depend on it, and the first pass's
+# read also pays Spark's warm-up, which the hash pass (run second) would be spared.
+COMPARED_STAGES = ("dispatch", "handlers")
+
+
+def pass_wall(stage_seconds: dict[str, float]) -> float:
+    """A pass's wall over the stages its placement decides."""
+    return round(sum(stage_seconds.get(stage, 0.0) for stage in COMPARED_STAGES), 3)
+
+
+def wall_comparison(hash_s: float, plan_s: float) -> dict[str, Any]:
+    """Both walls and what the plan saved (negative: lost), in seconds and percent of hash's."""
+    saved = round(hash_s - plan_s, 3)
+    return {
+        "hash_s": hash_s,
+        "plan_s": plan_s,
+        "saved_s": saved,
+        "saved_pct": round(100 * saved / hash_s, 1) if hash_s > 0 else None,
+    }
+
+
+def _hash_wall(
+    spark: SparkSession,
+    spec: InputSpec | Input,
+    out: OutputPath,
+    partitions: int,
+    planned_seconds: dict[str, float],
+) -> dict[str, Any]:
+    """The same pass under Spark's hash placement, timed: the walls of the stages placement decides."""
+    scratch = out / "_compare_hash"
+
+    def hash_plan_for(routing: Routing) -> SlotPlan:
+        return build_plan(routing.builtin_counts, "hash", partitions, None, 0)
+
+    try:
+        done = run_pass(read_raw(spark, spec), PassTarget(scratch), "hash", partitions, hash_plan_for)
+    finally:
+        _remove(spark, scratch)
+    return {
+        **wall_comparison(pass_wall(done.stage_seconds), pass_wall(planned_seconds)),
+        "stages": list(COMPARED_STAGES),
+        "hash_stage_seconds": done.stage_seconds,
+    }
+
+
+def _remove(spark: SparkSession, target: OutputPath) -> None:
+    import shutil
+
+    from rebalancer.pipeline.paths import HadoopFS, local_path
+
+    local = local_path(str(target))
+    if local is not None:
+        shutil.rmtree(local, ignore_errors=True)
+    else:
+        HadoopFS(spark).delete(str(target))
+
+
 def run_batch(
     spark: SparkSession,
     spec: InputSpec | Input,
@@ -215,6 +272,7 @@ def run_batch(
     cost: str = "rows",
     plan_from: str | Path | None = None,
     output_mode: str | None = None,
+    compare_hash: bool = False,
 ) -> dict[str, Any]:
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
 
@@ -238,6 +296,9 @@ def run_batch(
     `group_cost` (rows-equivalent of one handler call) makes the weighted plan balance estimated
     work instead of rows alone; see `slots.make_plan`. The session's time zone, Parquet timestamp
     settings and cache compression are pinned for the run (`session.RUN_CONF`) and restored afterwards.
+
+    `compare_hash` runs the same pass again under Spark's hash placement (into a scratch directory,
+    removed after) and records both walls in the summary's `compare_hash`: measured, not projected.
     """
     check_output(out, spec, spark=spark)
     with pipeline_conf(spark):
@@ -256,6 +317,7 @@ def run_batch(
             cost=cost,
             plan_from=plan_from,
             output_mode=output_mode,
+            compare_hash=compare_hash,
         )
 
 
@@ -274,6 +336,7 @@ def _run_batch(
     cost: str = "rows",
     plan_from: str | Path | None = None,
     output_mode: str | None = None,
+    compare_hash: bool = False,
 ) -> dict[str, Any]:
     if partitioning not in PARTITIONINGS:
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
@@ -318,6 +381,10 @@ def _run_batch(
     )
     if group_read is not None:
         _commit_group(group_read)  # after every output: a run that fails before reads them again
+    compared = None
+    if compare_hash:
+        step("same input under Spark's hash")
+        compared = _hash_wall(spark, spec, out, partitions, done.stage_seconds)
     counts, routing, plan = done.counts, done.routing, done.plan
     task_rows, task_seconds = done.task_rows, done.task_seconds
     projected_hash = hash_plan(routing.builtin_counts.type_counts, routing.builtin_counts.hash_slots, partitions)
@@ -353,6 +420,8 @@ def _run_batch(
     }
     if done.sink_section is not None:
         summary["sink"] = done.sink_section
+    if compared is not None:
+        summary["compare_hash"] = compared
     if group_read is not None:
         summary["kafka_group"] = {
             "group": group_read.group,

@@ -188,6 +188,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(
+        "--compare-hash",
+        action="store_true",
+        help="also run the same input under Spark's hash placement and show both walls and the time saved",
+    )
+    run.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print only the summary (default: the stages as they run, a line each when not on a terminal)",
+    )
+    run.add_argument(
         "--report-dir",
         type=Path,
         default=None,
@@ -321,17 +331,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         report=not args.no_report,
         report_dir=args.report_dir,
         kafka_timeout=getattr(args, "kafka_timeout", None),
+        compare_hash=getattr(args, "compare_hash", False),
     )
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
+    quiet = getattr(args, "quiet", False)
     if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):
         from rebalancer.pipeline.generate import generate
 
         with console.status(f"generating a sample into {DEFAULT_INPUT}"):
             generate(DEFAULT_SAMPLE, DEFAULT_INPUT)
-        console.print(
-            f"generated a sample: {DEFAULT_SAMPLE.events:,} events over {DEFAULT_SAMPLE.types} types "
-            f"(Zipf {DEFAULT_SAMPLE.skew:g}) in {DEFAULT_INPUT}/"
-        )
+        if not quiet:
+            console.print(
+                f"generated a sample: {DEFAULT_SAMPLE.events:,} events over {DEFAULT_SAMPLE.types} types "
+                f"(Zipf {DEFAULT_SAMPLE.skew:g}) in {DEFAULT_INPUT}/"
+            )
     spec: Input | None = None
     if request.is_kafka:
         spec = resolve_input(request)
@@ -419,19 +432,19 @@ def _run_in_session(
                 spec = embedded.enter_context(embedded_input(topic_spec, DEFAULT_SAMPLE))
         if spec is not None:
             request = replace(request, input=spec)
-        return _run(console, request, spark)
+        return _run(console, request, spark, args)
     finally:
         embedded.close()
         if owns_session:
             spark.stop()
 
 
-def _run(console: Any, request: RunRequest, spark: Any) -> RunSummary:
+def _run(console: Any, request: RunRequest, spark: Any, args: argparse.Namespace) -> RunSummary:
     """`run`, with a progress line per stage (a batch) or per micro-batch (a stream)."""
     from rebalancer.pipeline.runner import run
 
     if not request.stream:
-        with stages(console) as step:
+        with stages(console, quiet=getattr(args, "quiet", False)) as step:
             return run(request, spark, progress=step)
     from pyspark.errors import StreamingQueryException
 

@@ -16,6 +16,44 @@ def format_skew(ratio: float | None) -> str:
     return "n/a (the median task is empty)" if ratio is None else f"{ratio:.2f}"
 
 
+# Rows this even with seconds this uneven: the tasks' fixed costs, not their rows, set the wall.
+EVEN_ROWS = 1.25
+UNEVEN_SECONDS = 1.5
+
+
+WALL_LABEL = "wall of dispatch, hash vs plan"
+
+
+def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
+    """--compare-hash's walls: Spark's hash, the plan, and what the plan saved (or lost)."""
+    walls = summary.get("compare_hash")
+    if not walls:
+        return None
+    saved = walls["saved_s"]
+    share = "" if walls["saved_pct"] is None else f" ({abs(walls['saved_pct']):.0f}%)"
+    return [
+        f"{walls['hash_s']:.1f} s with Spark's hash,",
+        f"{walls['plan_s']:.1f} s under the plan:",
+        f"{abs(saved):.1f} s {'saved' if saved >= 0 else 'lost'}{share}",
+    ]
+
+
+def wall_line(summary: dict[str, Any]) -> str | None:
+    phrases = wall_phrases(summary)
+    return None if phrases is None else " ".join(phrases)
+
+
+def uneven_seconds_note(summary: dict[str, Any]) -> str | None:
+    """Why even rows may not give even seconds, said only when this run shows it."""
+    rows, seconds = summary.get("skew_ratio"), summary.get("seconds_skew_ratio")
+    if rows is None or seconds is None or rows > EVEN_ROWS or seconds < UNEVEN_SECONDS:
+        return None
+    return (
+        f"Rows per task are even (skew {rows:.2f}) but seconds are not (skew {seconds:.2f}): the tasks are "
+        "small enough that each one's fixed cost (scheduling, starting its Python worker) outweighs its rows."
+    )
+
+
 def _thousands(axis: Any) -> None:
     """Row counts on a value axis as 1,234,567 (not 1.2e6 or 1234567), on linear and log scales alike."""
     from matplotlib.ticker import FuncFormatter
@@ -120,6 +158,7 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         ("types (sharded)", f"{summary['types']:,} ({', '.join(summary['sharded_types']) or 'none'})"),
         ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
         ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
+        *([(WALL_LABEL, walls)] if (walls := wall_line(summary)) else []),
         ("plan", _plan_line(plan)),
         ("rebalancer version, finished at", f"{summary.get('version')}, {summary.get('finished_at')}"),
     ]
@@ -129,6 +168,9 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         for title, data in charts
     )
     intro = _intro(summary) if empty is None else _empty_intro(empty)
+    note = uneven_seconds_note(summary) if empty is None else None
+    if note:
+        intro += " " + note
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebalancer pipeline report</title>"
         "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"

@@ -79,6 +79,7 @@ class RunRequest:
     report_dir: str | Path | None = None
     sink: PostgresSink | None = field(default=None, repr=False)
     kafka_timeout: float | None = None
+    compare_hash: bool = False  # also time Spark's hash placement on the same input
 
     def __post_init__(self) -> None:
         if self.partitions is not None:
@@ -102,10 +103,24 @@ class RunRequest:
             raise ValueError(
                 f"plan-from: a stream re-plans from its checkpoint, got --plan-from {self.plan_from} with --stream"
             )
+        if self.compare_hash:
+            self._check_compare_hash()
         if not self.stream:
             for name, value in (("checkpoint", self.checkpoint), ("max-batches", self.max_batches)):
                 if value is not None:
                     raise ValueError(f"{name}: is for a stream (--stream), got {value}")
+
+    def _check_compare_hash(self) -> None:
+        """The hash pass reads the input a second time: only a batch over files, built-in types alone."""
+        if self.partitioning == "hash":
+            raise ValueError("compare-hash: compares the weighted plan with Spark's hash; this run is --partitioning hash")
+        for refused, why in (
+            (self.stream, "a stream (--stream)"),
+            (self.is_kafka, "a kafka:// input (it would be read twice)"),
+            (self.handlers is not None, "--handlers"),
+        ):
+            if refused:
+                raise ValueError(f"compare-hash: not with {why}")
 
     @property
     def is_kafka(self) -> bool:
@@ -289,5 +304,6 @@ def run(
             report_dir=request.report_dir,
             plan_from=request.plan_from,
             output_mode=request.mode,
+            compare_hash=request.compare_hash,
         )
     return RunSummary.from_json(summary)

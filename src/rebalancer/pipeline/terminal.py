@@ -1,8 +1,10 @@
-"""What `rebalancer pipeline run` prints: a progress line per stage, then the run's summary table."""
+"""What `rebalancer pipeline run` prints: its stages as they run (a live line, or a line each in a
+pipe), then the run's summary table."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,8 +17,18 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def stages(console: Any) -> Iterator[Callable[[str], None]]:
-    """A progress line per stage: the current one spins, finished ones show their time."""
+def stages(
+    console: Any, quiet: bool = False, clock: Callable[[], float] = time.perf_counter
+) -> Iterator[Callable[[str], None]]:
+    """A reporter for `run`'s stages: a live line on a terminal, one line per finished stage in a
+    pipe (a log keeps each stage's time), nothing with `quiet` (the summary alone)."""
+    if quiet:
+        yield lambda stage: log.info("stage: %s", stage)
+        return
+    if not console.is_terminal:
+        with _stage_lines(console, clock) as step:
+            yield step
+        return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     # Transient: the summary lists every stage's seconds, labelled, once the run is over.
@@ -42,6 +54,25 @@ def stages(console: Any) -> Iterator[Callable[[str], None]]:
             bar.stop_task(current[-1])
 
 
+@contextmanager
+def _stage_lines(console: Any, clock: Callable[[], float]) -> Iterator[Callable[[str], None]]:
+    """`stage: NAME (S s)` as each stage ends: a pipe has no live line to redraw."""
+    current: list[tuple[str, float]] = []
+
+    def finish() -> None:
+        if current:
+            stage, began = current.pop()
+            console.print(f"stage: {stage} ({clock() - began:.1f} s)", highlight=False, soft_wrap=True)
+
+    def step(stage: str) -> None:
+        log.info("stage: %s", stage)
+        finish()
+        current.append((stage, clock()))
+
+    yield step
+    finish()  # not after a failure: its one error line says what went wrong
+
+
 def written(
     summary: dict[str, Any], names: tuple[str, ...], report_dir: Path | None, report: bool
 ) -> list[str]:
@@ -62,26 +93,46 @@ def written(
     return found
 
 
+def fit(phrases: list[str], width: int) -> str:
+    """`phrases` joined by spaces into lines of at most `width`, broken only between phrases (a
+    phrase longer than the line keeps a line of its own): "6.71 with Spark's hash" stays whole.
+    A phrase may start with a space, for two between it and the one before on the same line."""
+    lines: list[str] = []
+    for phrase in phrases:
+        if lines and len(lines[-1]) + 1 + len(phrase) <= width:
+            lines[-1] += " " + phrase
+        else:
+            lines.append(phrase.lstrip())
+    return "\n".join(lines)
+
+
+def _listed(items: list[str]) -> list[str]:
+    """`a, b, c` as phrases, each keeping its comma."""
+    return [item + "," for item in items[:-1]] + items[-1:]
+
+
 def print_summary(
     console: Any, summary: dict[str, Any], report_dir: Path | None = None, report: bool = True
 ) -> None:
-    """This run against Spark's hash placement, the files written, and where the report is."""
+    """This run against Spark's hash placement, the files written, and where the report is.
+
+    A value given as lines of phrases is wrapped here, to the console's width, between phrases:
+    rich would wrap at any space, splitting "with Spark's / hash" across lines."""
     from rich.table import Table
 
-    from rebalancer.pipeline.report import format_skew
+    from rebalancer.pipeline.report import WALL_LABEL, format_skew, wall_phrases
 
-    table = Table(title="rebalancer pipeline", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    quarantined = f"{summary['quarantined']:,}"
+    quarantined = [f"{summary['quarantined']:,}"]
     if summary["quarantined"]:
-        quarantined += "  (" + ", ".join(f"{k} {v:,}" for k, v in summary["quarantine_reasons"].items()) + ")"
-    rows = [
+        reasons = _listed([f"{k} {v:,}" for k, v in summary["quarantine_reasons"].items()])
+        quarantined += [f" ({reasons[0]}", *reasons[1:]]
+        quarantined[-1] += ")"
+    rows: list[tuple[str, str | list[list[str]]]] = [
         ("input", summary["input"]),
         ("partitioning", f"{summary['partitioning']} over {summary['partitions']} tasks"),
         ("rows ingested", f"{summary['ingested']:,}"),
         ("accepted", f"{summary['accepted']:,}"),
-        ("quarantined", quarantined),
+        ("quarantined", [quarantined]),
         ("types", str(summary["types"])),
     ]
     if "batches" in summary:
@@ -91,22 +142,27 @@ def print_summary(
         rows += [
             (
                 "skew, max/median task rows",
-                f"{format_skew(summary['skew_ratio'])} {ours}, {format_skew(summary['hash_skew_ratio'])} with Spark's hash",
+                [[f"{format_skew(summary['skew_ratio'])} {ours},", f"{format_skew(summary['hash_skew_ratio'])} with Spark's hash"]],
             ),
             (
                 "largest task, rows",
-                f"{max(summary['planned_load']):,} planned, {max(summary['hash_load']):,} with Spark's hash",
+                [[f"{max(summary['planned_load']):,} planned,", f"{max(summary['hash_load']):,} with Spark's hash"]],
             ),
         ]
     else:
         rows.append(("skew, max/median task rows", format_skew(summary.get("skew_ratio"))))
-    stages = ", ".join(
-        f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()
-    )
-    rows.append(("elapsed", f"{summary['elapsed_s']:.1f} s" + (f"  ({stages})" if stages else "")))
+    elapsed = [f"{summary['elapsed_s']:.1f} s"]
+    stages = _listed([f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()])
+    if stages:
+        elapsed += [f" ({stages[0]}", *stages[1:]]
+        elapsed[-1] += ")"
+    rows.append(("elapsed", [elapsed]))
+    walls = wall_phrases(summary)
+    if walls:
+        rows.append((WALL_LABEL, [walls]))
     lines = handler_lines(summary)
     if lines:
-        rows.append(("handlers", "\n".join(lines)))
+        rows.append(("handlers", [_listed(line.split(", ")) for line in lines]))
     names = (
         "metrics",
         *[h for h in summary.get("handlers", {}) if h != "metrics"],
@@ -121,8 +177,13 @@ def print_summary(
         from rebalancer.pipeline.sinks.outputs import describe
 
         rows.append(("database", describe(summary["sink"])))
+    label = max(len(what) for what, _ in rows)
+    width = max(console.width - label - 7, 20)  # 7: the borders and padding of two columns
+    table = Table(title="rebalancer pipeline", show_header=False)
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
     for what, value in rows:
-        table.add_row(what, value)
+        table.add_row(what, value if isinstance(value, str) else "\n".join(fit(line, width) for line in value))
     console.print(table)
     page = next((file for file in files if file.endswith("report.html")), None)
     if page is not None:

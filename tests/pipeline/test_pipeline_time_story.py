@@ -1,0 +1,119 @@
+"""--compare-hash tells the time story: both walls, the time saved, and why even rows may not mean even seconds."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rebalancer.cli import main
+from rebalancer.pipeline import report
+from rebalancer.pipeline.batch import pass_wall, wall_comparison
+from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.slots import SlotPlan
+from rebalancer.pipeline.terminal import print_summary
+
+
+def _summary(**extra: object) -> dict:
+    return {
+        "input": "data/telemetry",
+        "output": "/nonexistent/out",
+        "partitioning": "weighted",
+        "partitions": 4,
+        "ingested": 1_000,
+        "accepted": 1_000,
+        "quarantined": 0,
+        "quarantine_reasons": {},
+        "types": 40,
+        "sharded_types": [],
+        "skew_ratio": 1.0,
+        "seconds_skew_ratio": 1.1,
+        "hash_skew_ratio": 3.0,
+        "hash_load": [700, 100, 100, 100],
+        "planned_load": [250, 250, 250, 250],
+        "task_rows": [250, 250, 250, 250],
+        "task_seconds": [1.0, 1.1, 1.0, 1.0],
+        "top_types": {"t0": 500},
+        "elapsed_s": 9.0,
+        "stage_seconds": {},
+        "version": "0.0.0",
+        "finished_at": "2026-11-26T12:00:00+00:00",
+        **extra,
+    }
+
+
+def _printed(summary: dict) -> str:
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300, markup=False), summary, report=False)
+    return " ".join(out.getvalue().split())
+
+
+def test_the_walls_and_the_time_saved():
+    assert wall_comparison(12.5, 10.0) == {"hash_s": 12.5, "plan_s": 10.0, "saved_s": 2.5, "saved_pct": 20.0}
+    assert wall_comparison(0.0, 0.0)["saved_pct"] is None
+    # Only what placement decides: not the read (the first pass's pays Spark's warm-up), not the database.
+    assert pass_wall({"read_and_count": 1.0, "plan": 0.25, "quarantine": 0.5, "dispatch": 2.0, "handlers": 1.5,
+                      "sink": 9.0}) == 3.5
+
+
+def test_the_summary_shows_both_walls_and_the_time_saved():
+    printed = _printed(_summary(compare_hash=wall_comparison(12.5, 10.0)))
+    assert "wall of dispatch, hash vs plan │ 12.5 s with Spark's hash, 10.0 s under the plan: 2.5 s saved (20%)" in printed
+
+
+def test_a_slower_plan_is_said_to_lose_time():
+    assert report.wall_line(_summary(compare_hash=wall_comparison(10.0, 11.0))) == (
+        "10.0 s with Spark's hash, 11.0 s under the plan: 1.0 s lost (10%)"
+    )
+
+
+def test_without_compare_hash_no_wall_row():
+    assert "wall of dispatch" not in _printed(_summary())
+    assert report.wall_line(_summary()) is None
+
+
+def test_the_report_shows_the_walls_and_says_why_even_rows_took_uneven_seconds():
+    plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
+    summary = _summary(compare_hash=wall_comparison(12.5, 10.0), skew_ratio=1.02, seconds_skew_ratio=2.5)
+    page = report.render_report(summary, plan, None)
+    assert ("<tr><th>wall of dispatch, hash vs plan</th>"
+            "<td>12.5 s with Spark&#x27;s hash, 10.0 s under the plan: 2.5 s saved (20%)</td></tr>") in page
+    assert ("Rows per task are even (skew 1.02) but seconds are not (skew 2.50): the tasks are small enough "
+            "that each one&#x27;s fixed cost (scheduling, starting its Python worker) outweighs its rows.") in page
+    # Even rows and even seconds: nothing to explain.
+    assert "Rows per task are even" not in report.render_report(_summary(), plan, None)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"partitioning": "hash"}, "compare-hash: compares the weighted plan with Spark's hash; this run is --partitioning hash"),
+        ({"stream": True}, "compare-hash: not with a stream (--stream)"),
+        ({"input": "kafka://localhost:9092/t"}, "compare-hash: not with a kafka:// input (it would be read twice)"),
+    ],
+)
+def test_compare_hash_refuses_what_it_cannot_measure(changes, message):
+    with pytest.raises(ValueError) as error:
+        RunRequest(**{"input": "data", "compare_hash": True, **changes})
+    assert str(error.value) == message
+
+
+@pytest.mark.spark
+def test_compare_hash_measures_both_walls_and_leaves_no_scratch(spark, dataset, tmp_path, monkeypatch, capsys):
+    data, _ = dataset
+    monkeypatch.setenv("COLUMNS", "300")
+    out = tmp_path / "out"
+    assert main(["pipeline", "run", "--input", str(data), "--out", str(out), "--partitions", "2",
+                 "--compare-hash", "--quiet"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    walls = json.loads((out / "summary.json").read_text())["compare_hash"]
+    assert walls["hash_s"] > 0 and walls["plan_s"] > 0
+    assert walls["saved_s"] == pytest.approx(walls["hash_s"] - walls["plan_s"], abs=0.002)
+    assert walls["stages"] == ["dispatch", "handlers"]
+    assert list(walls["hash_stage_seconds"]) == ["read_and_count", "plan", "quarantine", "dispatch"]
+    assert f"wall of dispatch, hash vs plan │ {report.wall_line({'compare_hash': walls})}" in printed
+    assert report.wall_line({"compare_hash": walls}) in (out / "report.html").read_text().replace("&#x27;", "'")
+    assert not Path(out / "_compare_hash").exists()
