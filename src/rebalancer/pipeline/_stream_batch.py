@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
+
 # The logger of the module these lines came from, so logging set up for it keeps working.
 log = logging.getLogger("rebalancer.pipeline.stream")
 

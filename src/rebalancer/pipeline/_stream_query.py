@@ -16,6 +16,7 @@ from rebalancer.pipeline._stream_state import PROGRESS_KEPT, BatchProgress, Stop
 
 if TYPE_CHECKING:
     pass
+
 # The logger of the module these lines came from, so logging set up for it keeps working.
 log = logging.getLogger("rebalancer.pipeline.stream")
 
