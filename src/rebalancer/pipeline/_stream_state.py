@@ -78,6 +78,10 @@ class BatchProgress:
 class StopAfterBatches(Exception):
     """Raised inside foreachBatch to end the query before the batch commits: it reruns on restart."""
 
+    # Its public home: Spark Connect's client tells this stop from failures by the qualified name in
+    # the worker's traceback text (`stopped_after_batches`), which must not depend on the module layout.
+    __module__ = "rebalancer.pipeline.stream"
+
 
 class InjectedCrash(RuntimeError):
     """The test hook's simulated crash."""
