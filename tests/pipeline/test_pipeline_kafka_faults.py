@@ -30,7 +30,7 @@ import pytest
 from pipeline_data import reference_metrics
 
 from rebalancer.pipeline.generate import GenerateConfig, make_frame
-from rebalancer.pipeline.kafka import source
+from rebalancer.pipeline.kafka import _topic
 from rebalancer.pipeline.kafka.source import FAILOVER_ATTEMPTS, TopicView, parse_options
 from rebalancer.pipeline.kafka.telemetry import encode_events, produce_events
 from rebalancer.testing import KafkaCluster
@@ -234,7 +234,7 @@ def test_offsets_of_a_partition_whose_leader_crashed_are_asked_again(monkeypatch
     the query sent to the crashed leader fails with _DESTROY_BROKER once the broker is fenced."""
     from confluent_kafka import KafkaError
 
-    monkeypatch.setattr(source, "FAILOVER_BACKOFF_S", 0.0)
+    monkeypatch.setattr(_topic, "FAILOVER_BACKOFF_S", 0.0)
     consumer = _Watermarks([KafkaError._DESTROY_BROKER, KafkaError._TIMED_OUT])
     assert _view(consumer).watermarks([0, 1]) == {0: (0, 10), 1: (0, 11)}
     assert consumer.calls == 4  # partition 0 three times, partition 1 once
@@ -245,7 +245,7 @@ def test_offsets_fail_after_the_last_attempt_or_at_once_on_an_error_no_new_leade
 ) -> None:
     from confluent_kafka import KafkaError
 
-    monkeypatch.setattr(source, "FAILOVER_BACKOFF_S", 0.0)
+    monkeypatch.setattr(_topic, "FAILOVER_BACKOFF_S", 0.0)
     consumer = _Watermarks([KafkaError._TRANSPORT] * FAILOVER_ATTEMPTS)
     with pytest.raises(
         RuntimeError, match="topic 't' partition 0: cannot read offsets: cannot reach Kafka at b:9092"

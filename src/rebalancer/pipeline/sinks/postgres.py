@@ -12,25 +12,21 @@ the URL without it. Masking is by structure (the URL's password component, a `pa
 never by searching text for the password, which would blank "p" out of "port". A URL whose user
 or password holds an unencoded '/', '?', '#', '@' or a stray '%' is refused: libpq would read part
 of the password as a host, a port or a database name and echo it in its errors.
+
+The URL's checks and masking live in `_pg_url`, column types and result types in `_pg_types`;
+this module re-exports them where they always were.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
-import sys
 import time
-import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
 
 from rebalancer._extras import require_extra
-from rebalancer.pipeline.session import spark_error_reason
 from rebalancer.pipeline.sinks._copy import (
     DIRECT,
     REPLAY_BYTES,
@@ -40,101 +36,61 @@ from rebalancer.pipeline.sinks._copy import (
     stage_name,
     upsert_statement,
 )
+from rebalancer.pipeline.sinks._pg_types import (
+    ARROW_BATCH_CONF,
+    ARROW_BATCH_ROWS,
+    BATCHES_TABLE,
+    DEFAULT_SCHEMA,
+    MAX_IDENTIFIER,
+    STAGE_PREFIX,
+    Output,
+    SinkError,
+    TableWrite,
+    _arrow_batch_rows,
+    _check_identifier,
+    _first_line,
+    _incompatibility,
+    _stage_prefix,
+    pg_type,
+    table_columns,
+)
+from rebalancer.pipeline.sinks._pg_url import (
+    SCHEMES,
+    SECRET_FIELDS,
+    _display_url,
+    _masked_conninfo,
+    _python_error,
+    _read_url,
+    _redacted_text,
+    _scheme_only,
+)
 
 if TYPE_CHECKING:
     import psycopg
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
-SCHEMES = ("postgresql://", "postgres://")
-DEFAULT_SCHEMA = "rebalancer"
-BATCHES_TABLE = "rebalancer_batches"
-MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1
-STAGE_PREFIX = "_rebalancer_stage_"
-# Spark's default, 10,000 rows per Arrow batch, spends more on the hand-over to Python than the
-# whole COPY costs: 6.1 s of CPU for the 1.29M metric rows of the benchmark against 3.5 s with
-# 200,000 (a batch of metrics is then about 25 MB).
-ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
-ARROW_BATCH_ROWS = 200_000
-# libpq's connection parameters that hold a secret: masked by name wherever a conninfo is shown.
-SECRET_FIELDS = ("password", "sslpassword")
-_ENCODE_HINT = "percent-encode it (urllib.parse.quote(password, safe=''))"
-_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
-# A `password=` / `sslpassword=` field of a conninfo or URL query: quoted the way libpq quotes, or up to a space.
-_SECRET_FIELD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
-# The password component of any postgresql:// URL in a text (its userinfo ends at the authority's '@').
-_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/?#@]*):[^\s/?#@]*@", re.IGNORECASE)
 
-
-class SinkError(RuntimeError):
-    """A write that failed after the sink was set up (the server went away, a task failed)."""
-
-
-@dataclass
-class TableWrite:
-    """What one write did to one table."""
-
-    table: str
-    rows: int  # rows upserted (every row of the frame)
-    changed: int  # of those, rows inserted or whose values changed
-    tasks: int
-    seconds: float
-    skipped: bool = False  # a stream batch id already committed: nothing written this time
-    direct: int = 0  # of `changed`, rows COPYed straight into the table (the others went through the upsert)
-    refused: int = 0  # tasks whose direct COPY met existing keys: rolled back, their rows upserted instead
-
-
-@dataclass(frozen=True)
-class Output:
-    """One frame for one table, with the table's primary key."""
-
-    frame: DataFrame
-    table: str
-    key: tuple[str, ...]
-
-
-def pg_type(name: str, data_type: DataType) -> str:
-    """The column type for a Spark type, spelled as PostgreSQL's `format_type` spells it."""
-    from pyspark.sql import types as T
-
-    if isinstance(data_type, T.DecimalType):
-        return f"numeric({data_type.precision},{data_type.scale})"
-    simple: tuple[tuple[type, str], ...] = (
-        (T.StringType, "text"),
-        (T.LongType, "bigint"),
-        (T.IntegerType, "integer"),
-        (T.ShortType, "smallint"),
-        (T.ByteType, "smallint"),
-        (T.DoubleType, "double precision"),
-        (T.FloatType, "real"),
-        (T.BooleanType, "boolean"),
-        (T.TimestampNTZType, "timestamp without time zone"),
-        (T.TimestampType, "timestamp with time zone"),
-        (T.DateType, "date"),
-    )
-    for spark_type, postgres_type in simple:
-        if isinstance(data_type, spark_type):
-            return postgres_type
-    raise ValueError(
-        f"column {name!r} has type {data_type.simpleString()}, which the PostgreSQL sink cannot store"
-    )
-
-
-def table_columns(schema: StructType) -> tuple[tuple[str, str], ...]:
-    return tuple((f.name, pg_type(f.name, f.dataType)) for f in schema.fields)
-
-
-def _check_identifier(what: str, value: str) -> str:
-    if not isinstance(value, str) or not value or len(value.encode()) > MAX_IDENTIFIER or "\x00" in value:
-        raise ValueError(f"{what} must be 1 to {MAX_IDENTIFIER} bytes without NUL, got {value!r}")
-    return value
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0].strip() if text else type(exc).__name__
+__all__ = [
+    "ARROW_BATCH_CONF",
+    "ARROW_BATCH_ROWS",
+    "BATCHES_TABLE",
+    "DEFAULT_SCHEMA",
+    "MAX_IDENTIFIER",
+    "SCHEMES",
+    "SECRET_FIELDS",
+    "STAGE_PREFIX",
+    "Output",
+    "PostgresSink",
+    "SinkError",
+    "TableWrite",
+    "_python_error",
+    "_redacted_text",
+    "pg_type",
+    "table_columns",
+]
 
 
 class PostgresSink:
@@ -538,138 +494,3 @@ class PostgresSink:
         return [
             (int(r["partition"]), int(r["copied"]), int(r["changed"]), int(r["direct"]), int(r["refused"])) for r in rows
         ]
-
-
-@contextmanager
-def _arrow_batch_rows(spark: SparkSession, rows: int) -> Iterator[None]:
-    """Spark hands `rows` rows per Arrow batch to the tasks for the duration; the caller's setting after."""
-    previous = spark.conf.get(ARROW_BATCH_CONF, None)
-    spark.conf.set(ARROW_BATCH_CONF, str(rows))
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(ARROW_BATCH_CONF)
-        else:
-            spark.conf.set(ARROW_BATCH_CONF, previous)
-
-
-def _incompatibility(
-    existing: dict[str, tuple[str, bool]],
-    existing_key: tuple[str, ...],
-    columns: tuple[tuple[str, str], ...],
-    key: tuple[str, ...],
-) -> str | None:
-    for name, kind in columns:
-        if name not in existing:
-            return f"column {name!r} is missing"
-        if existing[name][0] != kind:
-            return f"column {name!r} is {existing[name][0]}, expected {kind}"
-    wanted = {name for name, _ in columns}
-    for name, (_, required) in existing.items():
-        if required and name not in wanted:
-            return f"column {name!r} is NOT NULL without a default and the frame has no such column"
-    if set(existing_key) != set(key):
-        found = ", ".join(existing_key) or "none"
-        return f"primary key is ({found}), expected ({', '.join(key)})"
-    return None
-
-
-def _stage_prefix(query: str, batch_id: int | None) -> str:
-    digest = hashlib.sha256(query.encode()).hexdigest()[:10]
-    return f"{STAGE_PREFIX}{digest}_" + ("" if batch_id is None else f"{batch_id}")
-
-
-def _scheme_only(url: object) -> str:
-    """What a rejected URL looked like, without anything that may be a password."""
-    if not isinstance(url, str):
-        return type(url).__name__
-    head, sep, _ = url.partition("://")
-    return f"{head}://…" if sep else "…"
-
-
-def _display_url(params: dict[str, Any]) -> str:
-    host = params.get("host") or "localhost"
-    port = params.get("port")
-    user = params.get("user")
-    database = params.get("dbname") or ""
-    where = f"{host}:{port}" if port else str(host)
-    return f"postgresql://{quote(user, safe='') + '@' if user else ''}{where}/{database}"
-
-
-def _url_error(shown: str, problem: str) -> ValueError:
-    return ValueError(f"sink {shown}: {problem}; {_ENCODE_HINT}")
-
-
-def _read_url(url: str) -> tuple[dict[str, str], str]:
-    """libpq's parameters for `url`, and `url` with its password masked.
-
-    libpq ends the userinfo at the first '@' before a '/', the URL standard at the authority's last
-    '@' before any of '/', '?', '#': a user or password with one of those unencoded is read
-    differently by the two (libpq then takes part of it for a host, port or database and echoes it
-    in errors). Such URLs, and malformed percent-encoding, are refused with one line showing no
-    character of the user or password; what is accepted, both read alike.
-    """
-    from psycopg.conninfo import conninfo_to_dict
-
-    scheme = url.partition("://")[0]
-    anonymous = f"{scheme}://…"
-    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in url):
-        raise _url_error(anonymous, "the URL holds a space or control character")  # urlsplit drops some silently
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # its message quotes the authority, password included
-        raise _url_error(
-            anonymous,
-            "the URL's host part cannot be read (an unmatched '[' or ']', or a character that reads as "
-            "'/', '?', '#', '@' or ':' once normalized)",
-        ) from None
-    if "@" in parts.path + parts.query + parts.fragment:
-        raise _url_error(
-            anonymous,
-            "the URL's user or password holds a reserved character ('/', '?', '#' or '@'), "
-            "or its database name or parameters hold '@'",
-        )
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if "@" in userinfo:
-        raise _url_error(anonymous, "the URL's user or password holds '@'")
-    shown = f"{anonymous}{at}{hostport}{parts.path}"  # no query: it may hold password=
-    if _BAD_PERCENT.search(userinfo):
-        raise _url_error(shown, "the URL's user or password holds '%' not followed by two hex digits")
-    if "%00" in userinfo:
-        raise _url_error(shown, "the URL's user or password holds %00")
-    try:
-        unquote(userinfo, errors="strict")
-    except UnicodeDecodeError:
-        raise _url_error(shown, "the URL's user or password is not UTF-8 once percent-decoded") from None
-    user, colon, _ = userinfo.partition(":")
-    rest = url[len(scheme) + 3 + len(parts.netloc):]
-    masked = f"{scheme}://{user}{':***' if colon else ''}{at}{hostport}{rest}"
-    try:
-        params = conninfo_to_dict(url)
-    except Exception as exc:  # psycopg.ProgrammingError: a bad host, port or parameter; libpq quotes the URL
-        raise ValueError(f"sink URL cannot be parsed: {_redacted_text(_first_line(exc), {url: masked})}") from None
-    return {k: str(v) for k, v in params.items()}, masked
-
-
-def _masked_conninfo(conninfo: str) -> str:
-    """`conninfo` with each secret field's value replaced by ***."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    params = conninfo_to_dict(conninfo)
-    return make_conninfo(conninfo, **{k: "***" for k in SECRET_FIELDS if params.get(k) is not None})
-
-
-def _redacted_text(text: str, masks: Mapping[str, str]) -> str:
-    """`text` with each known connection string replaced whole by its masked form, then any secret field
-    or URL password blanked: by structure, never by searching for the password itself."""
-    for raw, masked in masks.items():
-        text = text.replace(raw, masked)
-    text = _SECRET_FIELD.sub(r"\1***", text)
-    return _URL_PASSWORD.sub(r"\1:***@", text)
-
-
-def _python_error(exc: BaseException) -> str:
-    """A Spark task failure's cause, as `spark_error_reason` finds it, uncut: the caller masks it
-    first and cuts it after (a URL cut short would escape the mask)."""
-    return spark_error_reason(exc, limit=sys.maxsize)

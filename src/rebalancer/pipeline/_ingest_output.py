@@ -1,0 +1,107 @@
+"""Checking where a run writes: never into its input, its checkpoint, or each other."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.pipeline._ingest_input import InputSpec
+from rebalancer.pipeline.contract import (
+    REASONS as REASONS,
+)
+from rebalancer.pipeline.paths import HadoopFS, OutputPath, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from rebalancer.pipeline.contract import Input
+
+
+def check_output(
+    out: str | Path | OutputPath,
+    spec: InputSpec | Input,
+    checkpoint: str | Path | OutputPath | None = None,
+    spark: SparkSession | None = None,
+) -> None:
+    """Refuse an output that would clobber the input or cannot be written.
+
+    A local output (a path or a `file:` URI) is checked before Spark starts; a remote one (hdfs://,
+    s3a://, ...) through Spark's Hadoop FileSystem, so it needs `spark`, and nothing local is touched.
+    """
+    out_text = out if isinstance(out, Path) else str(out)
+    where = None if checkpoint is None else checkpoint if isinstance(checkpoint, Path) else str(checkpoint)
+    local_out = local_path(out_text)
+    local_checkpoint = None if where is None else local_path(where)
+    if local_out is None or (where is not None and local_checkpoint is None):
+        _check_remote_output(out_text, spec, where, spark)
+    if local_out is not None:
+        _check_local_output(local_out, spec, local_checkpoint)
+
+
+def _local_source(spec: Any) -> Path | None:  # an InputSpec, or a topic (no files)
+    """The input's resolved local path; None for a Kafka topic or a remote URI (nothing local to overlap)."""
+    uri = getattr(spec, "uri", None)  # a KafkaInput has no files and no uri
+    if not spec.files or (uri is not None and local_path(uri) is None):
+        return None
+    return spec.path.resolve()
+
+
+def _check_local_output(out: Path, spec: Any, checkpoint: Path | None) -> None:
+    target = out.resolve()
+    source = _local_source(spec)
+    if out.exists() and not out.is_dir():
+        if target == source:
+            raise ValueError(f"output {out} is the input file; give a directory for the results")
+        raise ValueError(f"output must be a directory, got a file: {out}")
+    if target == source:
+        raise ValueError(f"output {out} is the input directory; a re-run would read its own results")
+    if source in target.parents:
+        raise ValueError(f"output {out} is inside the input {spec.path}; a re-run would read its own results")
+    if source is not None and target in source.parents:
+        raise ValueError(
+            f"input {spec.path} is inside the output {out}; the run would overwrite what it reads"
+        )
+    if checkpoint is not None and source is not None:
+        where = checkpoint.resolve()
+        if where == source or source in where.parents or where in source.parents:
+            raise ValueError(f"checkpoint {checkpoint} overlaps the input {spec.path}")
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"cannot create output {out}: {existing} is not a directory")
+    for directory in (existing, target / "metrics", target / "quarantine"):
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            raise ValueError(f"output directory is not writable: {directory}")
+
+
+def _under(inner: str, outer: str) -> bool:
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def _check_remote_output(out: str | Path, spec: Any, checkpoint: str | Path | None, spark: Any) -> None:
+    """The same refusals, with URIs qualified by their Hadoop filesystem (scheme and authority filled in)."""
+    if spark is None:
+        raise ValueError(f"output {out} is on a remote filesystem: it is checked once Spark has started")
+    fs = HadoopFS(spark)
+    uri = getattr(spec, "uri", None)
+    source = fs.qualified(uri or str(spec.path.resolve())) if spec.files else None
+    shown = uri or spec.path
+    if local_path(out) is None:
+        status = fs.status(str(out))
+        target = fs.qualified(str(out))
+        if status is not None and not status.isDirectory():
+            raise ValueError(f"output must be a directory, got a file: {out}")
+        if source is not None and target == source:
+            raise ValueError(f"output {out} is the input directory; a re-run would read its own results")
+        if source is not None and _under(target, source):
+            raise ValueError(f"output {out} is inside the input {shown}; a re-run would read its own results")
+        if source is not None and _under(source, target):
+            raise ValueError(
+                f"input {shown} is inside the output {out}; the run would overwrite what it reads"
+            )
+    if checkpoint is not None and source is not None:
+        where = fs.qualified(str(checkpoint))
+        if where == source or _under(where, source) or _under(source, where):
+            raise ValueError(f"checkpoint {checkpoint} overlaps the input {shown}")

@@ -1,0 +1,254 @@
+"""A stream's configuration, progress and state file: what survives a restart, checked when read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rebalancer.balance.metrics import max_over_median
+from rebalancer.pipeline.contract import SKEW_DIGITS
+from rebalancer.pipeline.dispatch import PARTITIONINGS
+from rebalancer.pipeline.framework import Routing
+from rebalancer.pipeline.paths import OutputPath, write_json
+from rebalancer.pipeline.slots import (
+    SlotPlan,
+    items_from_json,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    partitions: int
+    partitioning: str = "weighted"
+    rebalance_every: int = 5
+    max_moves: int | None = None
+    max_batches: int | None = None
+    files_per_batch: int = 1
+    available_now: bool = False
+    checkpoint: str | Path | None = None  # a local path or a Hadoop filesystem URI
+    trigger_seconds: float = 2.0
+    # Fault injection for tests: raise after this batch's outputs are written, before its state is.
+    crash_after_batch: int | None = None
+
+    def validate(self) -> None:
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+        if self.partitioning not in PARTITIONINGS:
+            raise ValueError(
+                f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {self.partitioning!r}"
+            )
+        if self.rebalance_every < 1:
+            raise ValueError(f"rebalance_every must be >= 1, got {self.rebalance_every}")
+        if self.max_batches is not None and self.max_batches < 1:
+            raise ValueError(f"max_batches must be >= 1, got {self.max_batches}")
+        if self.files_per_batch < 1:
+            raise ValueError(f"files_per_batch must be >= 1, got {self.files_per_batch}")
+        if self.max_moves is not None and self.max_moves < 0:
+            raise ValueError(f"max_moves must be >= 0, got {self.max_moves}")
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One micro-batch as applied, for `run_stream`'s `on_batch` (the CLI prints it as one line)."""
+
+    batch_id: int
+    rows: int
+    accepted: int
+    quarantined: int
+    seconds: float
+    skew_ratio: float | None  # max/median rows over this batch's tasks
+    replanned: bool
+    moves: int
+
+    def line(self) -> str:
+        skew = "n/a" if self.skew_ratio is None else f"{self.skew_ratio:.2f}"
+        plan = f", re-planned ({self.moves} moved)" if self.replanned else ""
+        return (
+            f"batch {self.batch_id}: {self.rows:,} rows ({self.quarantined:,} quarantined) in "
+            f"{self.seconds:.1f} s, skew {skew}{plan}"
+        )
+
+
+class StopAfterBatches(Exception):
+    """Raised inside foreachBatch to end the query before the batch commits: it reruns on restart."""
+
+    # Its public home: Spark Connect's client tells this stop from failures by the qualified name in
+    # the worker's traceback text (`stopped_after_batches`), which must not depend on the module layout.
+    __module__ = "rebalancer.pipeline.stream"
+
+
+class InjectedCrash(RuntimeError):
+    """The test hook's simulated crash."""
+
+
+# 2: items are (type, shard) records and bucket counts (type, bucket, rows) lists, never "type#n" strings.
+STATE_VERSION = 2
+# The state keeps the progress of this many latest batches, for a client that prints them from there
+# (Spark Connect, where foreachBatch runs on the server); older ones are dropped.
+PROGRESS_KEPT = 100
+
+
+def _empty_state(partitions: int) -> dict[str, Any]:
+    return {
+        "version": STATE_VERSION,
+        "partitions": partitions,
+        "last_batch_id": -1,
+        "batches": 0,
+        "plans": 0,
+        "owner": [],
+        "sharded": [],
+        "shard_of": {},
+        "window_type_counts": {},
+        "window_bucket_counts": [],
+        "totals": {"ingested": 0, "accepted": 0, "quarantined": 0, "reasons": {}},
+        "type_totals": {},
+        "task_rows": [0] * partitions,
+        "task_seconds": [0.0] * partitions,
+        "moves": 0,
+        "last_plan": None,
+    }
+
+
+def _state_problem(data: Any, partitions: int) -> str | None:
+    """What makes a parsed state unusable (a key missing, a value of the wrong JSON type); None if fine.
+
+    The top-level keys are checked, and the totals' counters: what every batch and the summary read.
+    """
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    if data.get("version") != STATE_VERSION or data.get("partitions") != partitions:
+        return None  # another version, other partitions: the caller's own errors say which
+    for key, empty in _empty_state(partitions).items():
+        if empty is None:
+            continue
+        value = data.get(key)
+        kind = float if isinstance(empty, float) else type(empty)
+        if value is None or isinstance(value, bool) or not isinstance(value, kind):
+            return f"{key} must be a JSON {_JSON_TYPE[kind]}, got {_shown_json(value)}"
+        if key in ("task_rows", "task_seconds") and len(value) != partitions:
+            return f"{key} must hold one number per partition ({partitions}), got {len(value)}"
+    totals = data["totals"]
+    for counter in ("ingested", "accepted", "quarantined"):
+        if isinstance(totals.get(counter), bool) or not isinstance(totals.get(counter), int):
+            return f"totals.{counter} must be a JSON integer, got {_shown_json(totals.get(counter))}"
+    return None
+
+
+_JSON_TYPE: dict[type, str] = {int: "integer", float: "number", list: "array", dict: "object", str: "string"}
+
+
+def _shown_json(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+class StreamState:
+    """The rebalancer's state under the checkpoint directory, replaced atomically per batch.
+
+    No file is a new checkpoint: an empty state. A file that cannot be read, or does not hold a
+    state, is refused in one line naming it, never replaced by an empty state: it holds the last
+    batch applied (what keeps a batch Spark replays from being counted twice) and the totals of
+    every batch before, while Spark's own checkpoint next to it would go on from its offsets, so the
+    run would go on with its counts silently restarted from zero.
+    """
+
+    def __init__(self, path: OutputPath, partitions: int) -> None:
+        self.path = path
+        self.partitions = partitions
+        problem: str | None
+        try:
+            self.data = json.loads(path.read_text())
+        except FileNotFoundError:
+            self.data = _empty_state(partitions)
+            problem = None
+        except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8, or Hadoop's one-line error
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            problem = _state_problem(self.data, partitions)
+        if problem is not None:
+            raise ValueError(
+                f"checkpoint state {path} cannot be used: {' '.join(problem.split())}; "
+                "restore it, or start with a new --checkpoint"
+            )
+        if self.data.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"checkpoint state {path} is from an older rebalancer (version {self.data.get('version', 1)}, "
+                f"need {STATE_VERSION}); start with a new --checkpoint"
+            )
+        if self.data.get("partitions") != partitions:
+            raise ValueError(
+                f"partitions must match the checkpoint's {self.data.get('partitions')}, got {partitions}"
+            )
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(self.path, self.data)
+
+    def __reduce__(self) -> tuple[type[StreamState], tuple[OutputPath, int]]:
+        """Unpickled (in Spark Connect's foreachBatch worker) by reading the file again: a worker
+        started afresh mid-query continues from what was saved, not from what the client once read."""
+        return type(self), (self.path, self.partitions)
+
+
+def add_routing(data: dict[str, Any], routing: Routing, sections: dict[str, dict[str, Any]]) -> None:
+    """Add one batch's handler totals (types seen, rows, calls) and unhandled rows to the state."""
+    handlers = data.setdefault("handlers", {})
+    parts = {name: (types, sections.get(name, {})) for name, types in routing.handlers.items()}
+    builtin = routing.builtin_counts.type_counts
+    if builtin:
+        parts["metrics"] = (list(builtin), {})
+    for name, (types, section) in parts.items():
+        total = handlers.setdefault(name, {"types": 0, "rows": 0, "calls": 0, "seen_types": []})
+        seen = sorted({*total["seen_types"], *types})
+        total["seen_types"] = seen
+        total["types"] = len(seen)
+        total["rows"] += sum(int(routing.counts.type_counts[t]) for t in types)
+        total["calls"] += int(section.get("calls") or 0)
+    unhandled = data.setdefault("unhandled_types", {})
+    for type_name, count in routing.unhandled.items():
+        unhandled[type_name] = unhandled.get(type_name, 0) + count
+
+
+def _shard_map(data: dict[str, Any], type_name: str) -> dict[int, int]:
+    return {int(b): int(s) for b, s in data.get("shard_of", {}).get(type_name, {}).items()}
+
+
+def _progress(before: dict[str, Any], after: dict[str, Any], batch_id: int, seconds: float) -> BatchProgress:
+    """What one batch added to the state."""
+    task_rows = [new - old for new, old in zip(after["task_rows"], before["task_rows"])]
+    totals, previous = after["totals"], before["totals"]
+    return BatchProgress(
+        batch_id=batch_id,
+        rows=totals["ingested"] - previous["ingested"],
+        accepted=totals["accepted"] - previous["accepted"],
+        quarantined=totals["quarantined"] - previous["quarantined"],
+        seconds=round(seconds, 3),
+        skew_ratio=max_over_median(task_rows, SKEW_DIGITS),
+        replanned=after["plans"] > before["plans"],
+        moves=after["moves"] - before["moves"],
+    )
+
+
+def _keep_progress(data: dict[str, Any], progress: BatchProgress) -> None:
+    """The batch's progress line in the state, numbered by the batches applied so far."""
+    kept = [*data.get("progress", []), {"batches": data["batches"], **dataclasses.asdict(progress)}]
+    data["progress"] = kept[-PROGRESS_KEPT:]
+
+
+def _plan_from_state(data: dict[str, Any], partitions: int) -> SlotPlan:
+    zeros = [0] * partitions
+    return SlotPlan(
+        partitions,
+        items_from_json(data["owner"]),
+        {},
+        list(zeros),
+        list(zeros),
+        sharded=list(data["sharded"]),
+        skipped="kept",
+        shard_of={t: _shard_map(data, t) for t in data.get("shard_of", {})},
+    )
