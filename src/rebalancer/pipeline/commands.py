@@ -18,6 +18,7 @@ from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.kafka.commands import add_produce_parser
 from rebalancer.pipeline.output_mode import OUTPUT_MODES
 from rebalancer.pipeline.paths import is_remote, local_path, location_argument
+from rebalancer.pipeline.sinks.commands import add_postgres_parser
 from rebalancer.pipeline.terminal import print_summary, stages
 
 if TYPE_CHECKING:
@@ -31,9 +32,9 @@ DEFAULT_INPUT = Path("data/telemetry")
 DEFAULT_OUTPUT = Path("out")
 # Tasks of the demo whatever the cores: at 2 (a laptop's default parallelism) hash placement barely skews.
 DEFAULT_PARTITIONS = 16
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 # Spark waits about 80 s for a standalone master that does not answer, and minutes for Spark Connect.
-DEFAULT_CONNECT_TIMEOUT_S = 30.0  # 128 + SIGINT, as a shell reports a Ctrl-C
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
 # `make run` without --input: big enough to show the skew, small enough to finish in seconds.
 DEFAULT_SAMPLE = GenerateConfig(events=300_000, types=400, skew=1.1, entities=200, bad_rate=0.001, files=4)
 
@@ -472,34 +473,11 @@ def add_tool_parsers(sub: Any) -> None:
     )
     ship.add_argument("dest", nargs="?", type=Path, default=Path("."), help="a directory or a .zip path")
     ship.set_defaults(func=cmd_ship)
-    postgres = sub.add_parser(
-        "postgres",
-        help="start or stop a private PostgreSQL server, to try --sink",
-        description="A private PostgreSQL server on 127.0.0.1 in one directory (rebalancer.testing.LocalPostgres). "
-        "Its --sink URL, password included, is written to DIR/sink-url (mode 0600), never printed.",
-    )
-    postgres.add_argument("action", choices=("start", "stop"), help="start: initialise DIR if needed and start; stop: stop it")
-    postgres.add_argument("--dir", type=Path, required=True, help="the server's directory (created by start)")
-    postgres.add_argument("--port", type=integer(minimum=1), default=None, help="default: a free port")
-    postgres.set_defaults(func=cmd_postgres)
+    add_postgres_parser(sub)
 
 
 def cmd_ship(args: argparse.Namespace) -> int:
     from rebalancer.pipeline.ship import package_zip
 
     print(package_zip(args.dest))
-    return 0
-
-
-def cmd_postgres(args: argparse.Namespace) -> int:
-    from rebalancer.testing.postgres import URL_FILE, LocalPostgres
-
-    server = LocalPostgres(args.dir, port=args.port)
-    if args.action == "stop":
-        server.stop()
-        print(f"stopped the PostgreSQL server in {server.directory}")
-        return 0
-    server.start()
-    print(f"PostgreSQL listening on 127.0.0.1:{server.port} as {server.display_url}")
-    print(f'its --sink URL (password included) is in {server.directory / URL_FILE}: --sink "$(cat {server.directory / URL_FILE})"')
     return 0
