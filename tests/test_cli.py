@@ -30,8 +30,9 @@ def test_version_is_the_installed_distributions(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out == f"rebalancer {importlib.metadata.version('rebalancer')}\n"
-    assert rebalancer.__version__ == importlib.metadata.version("rebalancer")
+    installed = importlib.metadata.version(rebalancer.DISTRIBUTION)  # partition-rebalancer, not PyPI's rebalancer
+    assert capsys.readouterr().out == f"rebalancer {installed}\n"
+    assert rebalancer.__version__ == installed
 
 
 def test_every_component_and_sub_command_is_registered():

@@ -83,3 +83,17 @@ def test_links_to_benchmark_pages_resolve():
         for target in re.findall(r"\]\(((?:docs/)?benchmarks/[\w.]+\.md)", doc.read_text()):
             base = ROOT if target.startswith("docs/") else DOCS
             assert (base / target).is_file(), (doc.name, target)
+
+
+def test_the_readme_first_screen_holds_the_problem_the_picture_and_the_two_commands() -> None:
+    """Read in an 80x24 terminal, before the first scroll (a line wider than 80 columns takes more rows)."""
+    rows, screen = 0, []
+    for line in (ROOT / "README.md").read_text().splitlines():
+        rows += max(1, -(-len(line) // 80))
+        if rows > 24:
+            break
+        screen.append(line)
+    text = "\n".join(screen)
+    assert "hot partitions" in text  # the problem
+    assert "](docs/img/report.png)" in text
+    assert re.search(r"^make run\b", text, re.M) and re.search(r"^make test\b", text, re.M)

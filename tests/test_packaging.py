@@ -268,7 +268,11 @@ def _make_dry_run(target: str, tmp_path: Path) -> list[str]:
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy2(ROOT / name, checkout / name)
     shutil.copytree(ROOT / "conformance", checkout / "conformance", ignore=shutil.ignore_patterns("target"))
-    out = subprocess.run(["make", "-n", target], cwd=checkout, check=True, capture_output=True, text=True)
+    # --no-print-directory: under `make test` (CI) this make is a sub-make, which would print
+    # "Entering directory" lines around the commands.
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-n", target], cwd=checkout, check=True, capture_output=True, text=True
+    )
     return out.stdout.splitlines()
 
 
