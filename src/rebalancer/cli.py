@@ -249,16 +249,20 @@ def _spark_log_note(exc: BaseException | None = None) -> str:
     return f" (Spark's log: {path})"
 
 
-def _spark_errors() -> tuple[type[BaseException], ...]:
-    """PySpark's and Py4J's base errors, if they were imported (as `_client_errors`)."""
+def _imported_errors(*bases: tuple[str, str]) -> tuple[type[BaseException], ...]:
+    """The error classes `(module, name)` of the modules already imported: an error of a library that
+    was never imported cannot have been raised, and `--help` must not import one."""
     found: list[type[BaseException]] = []
-    pyspark_errors = sys.modules.get("pyspark.errors")
-    if pyspark_errors is not None:
-        found.append(pyspark_errors.PySparkException)
-    py4j_protocol = sys.modules.get("py4j.protocol")
-    if py4j_protocol is not None:
-        found.append(py4j_protocol.Py4JError)
+    for module_name, class_name in bases:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            found.append(getattr(module, class_name))
     return tuple(found)
+
+
+def _spark_errors() -> tuple[type[BaseException], ...]:
+    """PySpark's and Py4J's base errors, if they were imported."""
+    return _imported_errors(("pyspark.errors", "PySparkException"), ("py4j.protocol", "Py4JError"))
 
 
 def _os_error(exc: OSError) -> str:
@@ -272,16 +276,8 @@ def _os_error(exc: OSError) -> str:
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
-    """The Kafka clients' base errors, of those clients already imported: an error of a client that
-    was never imported cannot have been raised, and `--help` must not import one."""
-    found: list[type[BaseException]] = []
-    aiokafka_errors = sys.modules.get("aiokafka.errors")
-    if aiokafka_errors is not None:
-        found.append(aiokafka_errors.KafkaError)
-    confluent = sys.modules.get("confluent_kafka")
-    if confluent is not None:
-        found.append(confluent.KafkaException)
-    return tuple(found)
+    """The Kafka clients' base errors, of those clients already imported."""
+    return _imported_errors(("aiokafka.errors", "KafkaError"), ("confluent_kafka", "KafkaException"))
 
 
 def _kafka_text(exc: Exception) -> str:
