@@ -87,6 +87,38 @@ def test_the_report_shows_the_walls_and_says_why_even_rows_took_uneven_seconds()
     assert "Rows per task are even" not in report.render_report(_summary(), plan, None)
 
 
+def _walls(cores: int, share: float) -> dict:
+    return {**wall_comparison(6.9, 7.0), "cores": cores, "hash_largest_share": share}
+
+
+def test_on_too_few_cores_the_summary_and_report_say_why_no_time_was_saved():
+    # make run's case: 16 tasks on 2 cores, hash's largest task 27% of the rows.
+    summary = _summary(compare_hash=_walls(2, 0.2743))
+    note = (
+        "On 2 cores no task under Spark's hash holds more than a core's share of the rows (the largest "
+        "holds 27%), so the cores stay busy either way and evening the tasks cannot shorten the wall; "
+        "placement saves time where a task holds more than that (from 4 cores up, for this input)."
+    )
+    assert report.wall_note(summary) == note
+    assert note in _printed(summary)
+    plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
+    assert note.replace("'", "&#x27;") in report.render_report(summary, plan, None)
+
+
+@pytest.mark.parametrize(
+    "walls",
+    [
+        _walls(4, 0.2743),
+        _walls(2, 0.6),
+        wall_comparison(6.9, 7.0),
+        {**wall_comparison(12.8, 7.8), "cores": 2, "hash_largest_share": 0.2743},  # saved 39%: not by placement
+    ],
+)
+def test_no_note_where_placement_can_shorten_the_wall_or_the_cores_are_unknown(walls):
+    assert report.wall_note(_summary(compare_hash=walls)) is None
+    assert "core's share" not in _printed(_summary(compare_hash=walls))
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -114,6 +146,11 @@ def test_compare_hash_measures_both_walls_and_leaves_no_scratch(spark, dataset, 
     assert walls["saved_s"] == pytest.approx(walls["hash_s"] - walls["plan_s"], abs=0.002)
     assert walls["stages"] == ["dispatch", "handlers"]
     assert list(walls["hash_stage_seconds"]) == ["read_and_count", "plan", "quarantine", "dispatch"]
+    assert list(walls["plan_stage_seconds"]) == ["read_and_count", "plan", "quarantine", "dispatch"]
+    assert walls["plan_s"] == pass_wall(walls["plan_stage_seconds"])  # the warm re-pass, not the run's own
+    summary = json.loads((out / "summary.json").read_text())
+    assert walls["cores"] == 2  # the suite's local[2]
+    assert walls["hash_largest_share"] == round(max(summary["hash_load"]) / sum(summary["hash_load"]), 4)
     assert f"wall of dispatch, hash vs plan │ {report.wall_line({'compare_hash': walls})}" in printed
     assert report.wall_line({"compare_hash": walls}) in (out / "report.html").read_text().replace("&#x27;", "'")
     assert not Path(out / "_compare_hash").exists()

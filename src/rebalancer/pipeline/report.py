@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 from typing import Any
 
 from rebalancer.pipeline.paths import OutputPath
@@ -22,6 +23,7 @@ UNEVEN_SECONDS = 1.5
 
 
 WALL_LABEL = "wall of dispatch, hash vs plan"
+SAVED_PCT = 10.0  # a saving below this is within a 2-core machine's run-to-run noise
 
 
 def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
@@ -41,6 +43,25 @@ def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
 def wall_line(summary: dict[str, Any]) -> str | None:
     phrases = wall_phrases(summary)
     return None if phrases is None else " ".join(phrases)
+
+
+def wall_note(summary: dict[str, Any]) -> str | None:
+    """Why the plan saved no time, when the cause is the machine: a run's wall is at least its largest
+    task or its rows over its cores, whichever is larger, so evening the tasks shortens it only where
+    a hash task holds more than one core's share of the rows. Said only when that is this run's case
+    and the plan saved less than SAVED_PCT (a larger saving came from elsewhere: the plan's one
+    vectorised call per task against hash's one call per type)."""
+    walls = summary.get("compare_hash") or {}
+    cores, share, saved = walls.get("cores"), walls.get("hash_largest_share"), walls.get("saved_pct")
+    if not cores or share is None or share > 1 / cores or (saved is not None and saved >= SAVED_PCT):
+        return None
+    needed = math.floor(1 / share) + 1 if share > 0 else None
+    where = f" (from {needed} cores up, for this input)" if needed else ""
+    return (
+        f"On {cores} cores no task under Spark's hash holds more than a core's share of the rows (the "
+        f"largest holds {share:.0%}), so the cores stay busy either way and evening the tasks cannot "
+        f"shorten the wall; placement saves time where a task holds more than that{where}."
+    )
 
 
 def uneven_seconds_note(summary: dict[str, Any]) -> str | None:
@@ -168,9 +189,10 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         for title, data in charts
     )
     intro = _intro(summary) if empty is None else _empty_intro(empty)
-    note = uneven_seconds_note(summary) if empty is None else None
-    if note:
-        intro += " " + note
+    notes = [uneven_seconds_note(summary), wall_note(summary)] if empty is None else []
+    for note in notes:
+        if note:
+            intro += " " + note
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rebalancer pipeline report</title>"
         "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"

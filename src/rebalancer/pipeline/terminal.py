@@ -120,7 +120,7 @@ def print_summary(
     rich would wrap at any space, splitting "with Spark's / hash" across lines."""
     from rich.table import Table
 
-    from rebalancer.pipeline.report import WALL_LABEL, format_skew, wall_phrases
+    from rebalancer.pipeline.report import WALL_LABEL, format_skew, wall_note, wall_phrases
 
     quarantined = [f"{summary['quarantined']:,}"]
     if summary["quarantined"]:
@@ -185,6 +185,9 @@ def print_summary(
     for what, value in rows:
         table.add_row(what, value if isinstance(value, str) else "\n".join(fit(line, width) for line in value))
     console.print(table)
+    note = wall_note(summary)
+    if note:
+        console.print(note, highlight=False)
     page = next((file for file in files if file.endswith("report.html")), None)
     if page is not None:
         console.print(f"report: {page}  (open it in a browser)", highlight=False)
