@@ -38,22 +38,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import queue
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 PARTITIONS = 60
 STREAM_PARTITIONS = 6
-LINE = re.compile(r"^batch (\d+): ([\d,]+) rows")
 KEYS = ["type", "entity", "minute"]
 FIRST_BATCH_DEADLINE_S = 600.0  # a Spark JVM's start and a first micro-batch on a loaded machine
 BATCH_DEADLINE_S = 300.0
@@ -133,66 +128,14 @@ def database_totals(url: str, schema: str) -> Any:
     return frame.astype({"count": "int64", "sum": "float64", "min": "float64", "max": "float64"})
 
 
-class StreamRun:
-    """`pipeline run --stream` in its own process group; its progress lines read by a thread."""
-
-    def __init__(self, command: list[str], cwd: Path) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
-            start_new_session=True,
-        )  # fmt: skip
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.rows = 0
-        self.batches = 0
-        self.printed: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_rows(self, rows: int, deadline_s: float) -> None:
-        deadline = time.monotonic() + deadline_s
-        while self.rows < rows:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise RuntimeError(
-                    f"the stream applied {self.rows} of {rows} rows in {deadline_s:g} s"
-                ) from None
-            if line is None:
-                self.process.wait()
-                stderr = self.process.stderr.read() if self.process.stderr else ""
-                last = stderr.strip().splitlines()[-1:] or ["(no stderr)"]
-                raise RuntimeError(
-                    f"the stream exited ({self.process.returncode}) at {self.rows} of {rows} rows: {last[0]}"
-                )
-            self.printed.append(line)
-            match = LINE.match(line)
-            if match:
-                self.batches += 1
-                self.rows += int(match.group(2).replace(",", ""))
-
-    def interrupt(self, timeout_s: float = 300.0) -> int:
-        os.killpg(self.process.pid, signal.SIGINT)
-        return self.process.wait(timeout=timeout_s)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
 def stream_row(cluster: Any, part_events: int, work: Path) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
     from rebalancer.pipeline.generate import GenerateConfig, make_frame
     from rebalancer.pipeline.kafka.telemetry import encode_events, produce_events
-    from rebalancer.pipeline.sinks.local import LocalPostgres
+    from rebalancer.testing import LocalPostgres
+    from rebalancer.testing.streams import stream_through_leader_crash
 
     bootstrap, topic, schema = cluster.bootstrap_servers, "faults-stream", "faults"
     cluster.create_topic(
@@ -224,37 +167,26 @@ def stream_row(cluster: Any, part_events: int, work: Path) -> dict[str, Any]:
         "batches": 0,
     }
     pg = LocalPostgres(Path(tempfile.mkdtemp(prefix="rebalancer-pg-faults-", dir="/tmp")))
-    stream: StreamRun | None = None
-    victim = -1
     try:
         pg.start()
         out = work / "stream-out"
         command = [sys.executable, "-m", "rebalancer.cli", "pipeline", "run", "--stream", "--input",
                    f"kafka://{bootstrap}/{topic}", "--output", str(out), "--partitions", "2", "--sink", pg.url,
                    "--sink-schema", schema]  # fmt: skip
-        send(parts[0])
-        stream = StreamRun(command, work)
-        stream.wait_rows(part_events, FIRST_BATCH_DEADLINE_S)
-        leaders = Counter(cluster.partition_leaders(topic).values())
-        victim = max(sorted(leaders), key=lambda b: leaders[b])
-        cluster.set_down(victim)
-        row["victim"] = f"{victim} (led {leaders[victim]})"
-        send(parts[1])
-        stream.wait_rows(2 * part_events, BATCH_DEADLINE_S)
-        cluster.set_up(victim)
-        cluster.wait_until_in_sync(timeout_s=120)
-        send(parts[2])
-        stream.wait_rows(3 * part_events, BATCH_DEADLINE_S)
-        code = stream.interrupt()
-        if code != 130:
-            raise RuntimeError(f"the stream exited {code} on Ctrl-C, not 130")
+        crashed = stream_through_leader_crash(
+            cluster, topic, command, work, parts, send, FIRST_BATCH_DEADLINE_S, BATCH_DEADLINE_S
+        )
+        row["victim"] = f"{crashed.victim} (led {crashed.victim_leaders})"
+        row["applied"], row["batches"] = crashed.rows, len(crashed.batches)
+        if crashed.returncode != 130:
+            raise RuntimeError(f"the stream exited {crashed.returncode} on Ctrl-C, not 130")
         got = database_totals(pg.url, schema)
         want = reference(pd.concat(parts, ignore_index=True))
-        row["applied"], row["batches"], row["counted"] = stream.rows, stream.batches, int(got["count"].sum())
+        row["counted"] = int(got["count"].sum())
         same_keys = len(got) == len(want) and all(got[c].tolist() == want[c].tolist() for c in KEYS)
         row["exact"] = int(
             same_keys
-            and stream.rows == row["events"]
+            and crashed.rows == row["events"]
             and all(
                 np.array_equal(got[c].to_numpy(float), want[c].to_numpy(float))
                 for c in ("count", "min", "max")
@@ -263,13 +195,7 @@ def stream_row(cluster: Any, part_events: int, work: Path) -> dict[str, Any]:
         )
     except RuntimeError as exc:
         row["error"] = str(exc)
-        if stream is not None:
-            row["applied"], row["batches"] = stream.rows, stream.batches
     finally:
-        if stream is not None:
-            stream.kill()
-        if victim >= 0 and not cluster.is_up(victim):
-            cluster.set_up(victim)
         pg.stop()
         shutil.rmtree(pg.directory, ignore_errors=True)
     return row

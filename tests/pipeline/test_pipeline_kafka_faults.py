@@ -12,15 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import queue
-import re
-import signal
-import subprocess
 import sys
-import threading
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +26,15 @@ from rebalancer.pipeline.kafka import _topic
 from rebalancer.pipeline.kafka.source import FAILOVER_ATTEMPTS, TopicView, parse_options
 from rebalancer.pipeline.kafka.telemetry import encode_events, produce_events
 from rebalancer.testing import KafkaCluster
+from rebalancer.testing.streams import stream_through_leader_crash
 
 CLI = [sys.executable, "-m", "rebalancer.cli"]
-LINE = re.compile(r"^batch (\d+): ([\d,]+) rows \(([\d,]+) quarantined\)")
 PARTITIONS = 6
 PART_EVENTS = 3_000  # each of the three parts: before the kill, while the broker is down, after the restart
 KEYS = ["type", "entity", "minute"]
 # A JVM's start and a first micro-batch on a loaded 2-core machine; each wait ends on an event.
 FIRST_BATCH_DEADLINE_S = 600
 BATCH_DEADLINE_S = 300
-EXIT_DEADLINE_S = 300
 _topic_ids = itertools.count()
 
 
@@ -59,57 +50,6 @@ def send(bootstrap: str, topic: str, frame: pd.DataFrame) -> None:
     keys, values = encode_events(frame)
     stats = produce_events(bootstrap, topic, keys, values, config={"enable.idempotence": True, "acks": "all"})
     assert (stats["acked"], stats["failed"]) == (len(frame), 0), stats
-
-
-class Progress:
-    """The run's stdout, line by line, from a reader thread; `wait_rows` blocks on the next line."""
-
-    def __init__(self, run: subprocess.Popen[str]) -> None:
-        self.run = run
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-        self.rows = 0
-        self.batches: list[int] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.run.stdout is not None
-        for line in self.run.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_rows(self, rows: int, deadline_s: float) -> None:
-        """Until the progress lines add up to at least `rows` rows (fails if the run ends first)."""
-        deadline = time.monotonic() + deadline_s
-        while self.rows < rows:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(
-                    f"{self.rows} of {rows} rows applied after {deadline_s} s:\n{self.text()}"
-                ) from None
-            if line is None:
-                self.run.wait(timeout=EXIT_DEADLINE_S)
-                stderr = self.run.stderr.read() if self.run.stderr else ""
-                raise AssertionError(f"the stream ended (exit {self.run.returncode}) at {self.rows} of {rows} rows:\n"
-                                     f"{self.text()}\nstderr:\n{stderr}")  # fmt: skip
-            self.seen.append(line)
-            match = LINE.match(line)
-            if match:
-                self.batches.append(int(match.group(1)))
-                self.rows += int(match.group(2).replace(",", ""))
-
-    def rest(self) -> str:
-        self.thread.join(timeout=60)
-        while not self.lines.empty():
-            line = self.lines.get()
-            if line is not None:
-                self.seen.append(line)
-        return self.text()
-
-    def text(self) -> str:
-        return "".join(self.seen)
 
 
 def db_totals(conn: Any, schema: str) -> pd.DataFrame:
@@ -141,38 +81,15 @@ def test_a_stream_into_postgres_through_a_broker_crash_and_restart_holds_every_e
     command = [*CLI, "pipeline", "run", "--stream", "--input", f"kafka://{bootstrap}/{topic}", "--output", str(out),
                "--partitions", "2", "--sink", postgres.url, "--sink-schema", pg_schema]  # fmt: skip
 
-    send(bootstrap, topic, parts[0])
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                           env=env, start_new_session=True)  # fmt: skip
-    progress = Progress(run)
-    victim = -1
-    try:
-        progress.wait_rows(PART_EVENTS, FIRST_BATCH_DEADLINE_S)
-        leaders = Counter(cluster.partition_leaders(topic).values())
-        victim = max(sorted(leaders), key=lambda b: leaders[b])
-        cluster.set_down(victim)  # SIGKILL, while the stream polls the topic every 2 s
-        send(bootstrap, topic, parts[1])  # acked once the crashed broker is fenced and leaders moved
-        progress.wait_rows(2 * PART_EVENTS, BATCH_DEADLINE_S)  # read while the broker is down
-        cluster.set_up(victim)
-        cluster.wait_until_in_sync(timeout_s=120)
-        send(bootstrap, topic, parts[2])
-        progress.wait_rows(3 * PART_EVENTS, BATCH_DEADLINE_S)
-        os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: the pipeline's own clean stop
-        returncode = run.wait(timeout=EXIT_DEADLINE_S)
-        stderr = run.stderr.read() if run.stderr else ""
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-        if victim >= 0 and not cluster.is_up(victim):
-            cluster.set_up(victim)
-        cluster.wait_until_in_sync(timeout_s=120)
-    printed = progress.rest()
-    assert returncode == 130, stderr + printed
-    assert "Traceback" not in stderr, stderr
-    assert progress.rows == 3 * PART_EVENTS  # no batch re-read what an earlier one applied
-    assert progress.batches == sorted(set(progress.batches)), printed
+    crashed = stream_through_leader_crash(
+        cluster, topic, command, tmp_path, parts, lambda frame: send(bootstrap, topic, frame),
+        FIRST_BATCH_DEADLINE_S, BATCH_DEADLINE_S,
+    )  # fmt: skip
+    printed = crashed.printed
+    assert crashed.returncode == 130, crashed.stderr + printed
+    assert "Traceback" not in crashed.stderr, crashed.stderr
+    assert crashed.rows == 3 * PART_EVENTS  # no batch re-read what an earlier one applied
+    assert crashed.batches == sorted(set(crashed.batches)), printed
 
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["ingested"], summary["accepted"], summary["quarantined"]) == (
@@ -180,7 +97,7 @@ def test_a_stream_into_postgres_through_a_broker_crash_and_restart_holds_every_e
         3 * PART_EVENTS,
         0,
     )
-    assert summary["batches"] == len(progress.batches)
+    assert summary["batches"] == len(crashed.batches)
 
     # PostgreSQL holds the aggregation of every produced event, each once.
     got = db_totals(pg_connect, pg_schema)
@@ -198,7 +115,7 @@ def test_a_stream_into_postgres_through_a_broker_crash_and_restart_holds_every_e
     )
     assert pg_connect.execute(f"SELECT count(*) FROM {pg_schema}.quarantine").fetchone()[0] == 0
     batches = pg_connect.execute(f"SELECT count(DISTINCT batch_id) FROM {pg_schema}.metrics").fetchone()[0]
-    assert batches == len(progress.batches)
+    assert batches == len(crashed.batches)
 
 
 # -- the fix it needed: the planner's offsets query outlives a leader's crash -----------------------
