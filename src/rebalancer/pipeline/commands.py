@@ -184,8 +184,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=location_argument,
         default=None,
         metavar="PATH",
-        help="start the weighted plan from this plan.json (or a run's output directory holding one) and "
-        "keep what it can of it (default: a fresh plan; a plan left in the output is never read)",
+        help="start the weighted plan from this plan.json, or a balanced_apply plan store keyed by one "
+        "column (the type), or a directory holding either, and keep what it can of it "
+        "(default: a fresh plan; a plan left in the output is never read)",
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(

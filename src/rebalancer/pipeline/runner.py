@@ -53,8 +53,8 @@ class RunRequest:
     already inspected (`ingest.inspect_input`, `kafka.telemetry.parse_kafka_url`). `mode` is what
     happens to an `output` that already holds a run: "error" refuses it, "overwrite" clears it
     first (report and plan included), "append" adds this run to it (a stream resuming from its
-    checkpoint, a Kafka `?group=` run). `plan_from` (a plan.json, or a run's output directory) is
-    the only way a previous plan reaches this run.
+    checkpoint, a Kafka `?group=` run). `plan_from` (a plan.json, a one-column PlanStore, or a
+    directory holding either) is the only way a previous plan reaches this run.
     """
 
     input: str | Path | Input
