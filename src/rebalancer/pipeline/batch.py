@@ -474,8 +474,9 @@ def _run_batch(
     if report:
         step("report")
         from rebalancer.pipeline.report import write_report
+        from rebalancer.pipeline.run_summary import RunSummary
 
         # elapsed_s stays the time to the metrics written: one number in the report, the file and the terminal.
-        write_report(reports / "report.html", summary, plan, previous_summary)
+        write_report(reports / "report.html", RunSummary.from_json(summary), plan, previous_summary)
     write_json(reports / "summary.json", summary)
     return summary
