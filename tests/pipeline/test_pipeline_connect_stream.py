@@ -153,11 +153,11 @@ def test_the_processor_travels_to_the_connect_worker_and_resumes_from_the_saved_
     state = StreamState(path, 2)
     processor = BatchProcessor(tmp_path / "out", StreamConfig(partitions=2), state)
     processor.on_batch = print  # the client's; never sent
-    state.data["batches"] = 7
+    state.data.batches = 7
     state.save()
-    state.data["batches"] = 99  # in memory only: not what a worker must start from
+    state.data.batches = 99  # in memory only: not what a worker must start from
     copy = pickle.loads(cloudpickle.dumps(processor))
-    assert copy.state.data["batches"] == 7 and copy.state.path == path
+    assert copy.state.data.batches == 7 and copy.state.path == path
     assert copy.on_batch is None and copy.lock is not processor.lock
     assert copy.lock.acquire(blocking=False)
 

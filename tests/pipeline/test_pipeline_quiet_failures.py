@@ -13,9 +13,12 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -165,6 +168,49 @@ def test_an_unreachable_master_is_one_line_naming_it_and_the_flag(small_input, t
         "--connect-timeout sets the wait"
     )
     assert not out.exists()  # refused before Spark started: nothing written
+
+
+@pytest.fixture()
+def silent_master() -> Iterator[int]:
+    """A port that accepts TCP connections and never says a word: no Spark master behind it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stopped = threading.Event()
+
+    def accept() -> None:
+        while not stopped.is_set():
+            try:
+                connection, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            held.append(connection)  # kept open, unanswered
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stopped.set()
+        server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(), which close() alone does not
+        server.close()
+        for connection in held:
+            connection.close()
+        thread.join()
+
+
+def test_a_master_that_accepts_but_never_answers_is_one_line_naming_it(small_input, tmp_path, silent_master):
+    url = f"spark://127.0.0.1:{silent_master}"
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*CLI, "pipeline", "run", "--input", str(small_input), "--out", str(out), "--master", url,
+         "--connect-timeout", "5"],
+        capture_output=True, text=True, timeout=JVM_RUN_DEADLINE_S, cwd=tmp_path,
+    )
+    assert _quiet_failure(done) == (
+        f"rebalancer: error: --master: {url} accepted a connection but did not answer as a Spark master "
+        f"within 5 s; --connect-timeout sets the wait (Spark's log: {out / 'spark.log'})"
+    )
+    assert not (out / "summary.json").exists()
 
 
 def test_master_addresses_reads_every_kind_of_master_url():

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from rebalancer.pipeline import report
+from rebalancer.pipeline import RunSummary, report
 from rebalancer.pipeline.slots import SlotPlan
 
 GROUPED = re.compile(r"^\d{1,3}(,\d{3})*$")
@@ -15,6 +15,7 @@ GROUPED = re.compile(r"^\d{1,3}(,\d{3})*$")
 def big_summary() -> dict:
     return {
         "input": "data/telemetry",
+        "output": "out",
         "partitioning": "weighted",
         "partitions": 4,
         "ingested": 1_234_567,
@@ -37,7 +38,7 @@ def big_summary() -> dict:
 
 def test_the_table_groups_row_counts_by_thousands():
     plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
-    html = report.render_report(big_summary(), plan, None)
+    html = report.render_report(RunSummary.from_json(big_summary()), plan, None)
     assert "<td>1,234,567 / 1,234,265 / 302</td>" in html
     assert "<td>1,200 (t0)</td>" in html
 
@@ -46,7 +47,7 @@ def test_every_row_axis_groups_its_tick_labels_by_thousands(monkeypatch: pytest.
     figures = []
     monkeypatch.setattr(report, "_png", lambda figure: figures.append(figure) or "")
     plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
-    report.render_report(big_summary(), plan, None)
+    report.render_report(RunSummary.from_json(big_summary()), plan, None)
     row_axes = {}
     for figure in figures:
         figure.canvas.draw()

@@ -15,7 +15,7 @@ import logging
 import pytest
 
 from rebalancer.pipeline.batch import load_previous_plan, load_previous_summary
-from rebalancer.pipeline.stream import STATE_VERSION, StreamState, _empty_state
+from rebalancer.pipeline.stream import STATE_VERSION, StreamData, StreamState, StreamTotals, _empty_state
 
 DAMAGED = [
     "{not json",  # cut short by a crash, or edited by hand
@@ -125,12 +125,50 @@ def test_a_wrongly_shaped_stream_state_is_refused_naming_the_file(tmp_path, chan
 def test_a_missing_stream_state_starts_empty_and_a_saved_one_is_read_back(tmp_path):
     path = _state_file(tmp_path)
     state = StreamState(path, 4)
-    assert state.data == _empty_state(4)
-    state.data["batches"] = 3
-    state.data["last_batch_id"] = 2
+    assert state.data == StreamData.empty(4) and state.data.to_json() == _empty_state(4)
+    state.data.batches = 3
+    state.data.last_batch_id = 2
     state.save()
-    assert StreamState(path, 4).data["last_batch_id"] == 2
+    assert StreamState(path, 4).data.last_batch_id == 2
     # The checks that were there stay: another version, other partitions.
     assert json.loads(path.read_text())["version"] == STATE_VERSION
     with pytest.raises(ValueError, match="partitions must match the checkpoint's 4, got 8"):
         StreamState(path, 8)
+
+
+def test_a_checkpoint_state_written_as_a_dict_loads_and_is_written_back_unchanged(tmp_path):
+    """The typed state reads a state.json of the dict days (every optional key, and one it does not
+    know) and saves the same JSON, key order included: a checkpoint survives the change both ways."""
+    path = _state_file(tmp_path)
+    path.parent.mkdir()
+    written = {
+        **_empty_state(2),
+        "last_batch_id": 4,
+        "batches": 5,
+        "plans": 2,
+        "owner": [{"type": "a", "shard": None, "slot": 1}, {"type": "b", "shard": 0, "slot": 0}],
+        "sharded": ["b"],
+        "shard_of": {"b": {"3": 0}},
+        "window_type_counts": {"a": 7},
+        "window_bucket_counts": [["b", 3, 9]],
+        "totals": {"ingested": 20, "accepted": 18, "quarantined": 2, "reasons": {"ts_missing": 2}},
+        "type_totals": {"a": 9, "b": 9},
+        "task_rows": [9, 9],
+        "task_seconds": [0.5, 0.25],
+        "moves": 1,
+        "last_plan": {"batch_id": 3, "partitions": 2},
+        "sink": {"rows": 18},
+        "handlers": {"metrics": {"types": 2, "rows": 18, "calls": 0, "seen_types": ["a", "b"]}},
+        "unhandled_types": {},
+        "progress": [{"batches": 5, "batch_id": 4, "rows": 4}],
+        "from_a_newer_writer": [1],
+    }
+    text = json.dumps(written, indent=2) + "\n"
+    path.write_text(text)
+    state = StreamState(path, 2)
+    assert state.data.totals == StreamTotals(20, 18, 2, {"ts_missing": 2})
+    assert (state.data.batches, state.data.sink, state.data.extra) == (5, {"rows": 18}, {"from_a_newer_writer": [1]})
+    assert list(state.data.to_json()) == list(written) and state.data.to_json() == written
+    state.save()
+    assert json.loads(path.read_text()) == written
+    assert list(json.loads(path.read_text())) == list(written)

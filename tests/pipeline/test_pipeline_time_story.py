@@ -12,7 +12,7 @@ from rich.console import Console
 from rebalancer.cli import main
 from rebalancer.pipeline import report
 from rebalancer.pipeline.batch import pass_wall, wall_comparison
-from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.runner import RunRequest, RunSummary
 from rebalancer.pipeline.slots import SlotPlan
 from rebalancer.pipeline.terminal import print_summary
 
@@ -78,13 +78,13 @@ def test_without_compare_hash_no_wall_row():
 def test_the_report_shows_the_walls_and_says_why_even_rows_took_uneven_seconds():
     plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
     summary = _summary(compare_hash=wall_comparison(12.5, 10.0), skew_ratio=1.02, seconds_skew_ratio=2.5)
-    page = report.render_report(summary, plan, None)
+    page = report.render_report(RunSummary.from_json(summary), plan, None)
     assert ("<tr><th>wall of dispatch, hash vs plan</th>"
             "<td>12.5 s with Spark&#x27;s hash, 10.0 s under the plan: 2.5 s saved (20%)</td></tr>") in page
     assert ("Rows per task are even (skew 1.02) but seconds are not (skew 2.50): the tasks are small enough "
             "that each one&#x27;s fixed cost (scheduling, starting its Python worker) outweighs its rows.") in page
     # Even rows and even seconds: nothing to explain.
-    assert "Rows per task are even" not in report.render_report(_summary(), plan, None)
+    assert "Rows per task are even" not in report.render_report(RunSummary.from_json(_summary()), plan, None)
 
 
 def _walls(cores: int, share: float) -> dict:
@@ -102,7 +102,7 @@ def test_on_too_few_cores_the_summary_and_report_say_why_no_time_was_saved():
     assert report.wall_note(summary) == note
     assert note in _printed(summary)
     plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
-    assert note.replace("'", "&#x27;") in report.render_report(summary, plan, None)
+    assert note.replace("'", "&#x27;") in report.render_report(RunSummary.from_json(summary), plan, None)
 
 
 @pytest.mark.parametrize(

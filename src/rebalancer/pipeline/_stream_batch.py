@@ -94,12 +94,12 @@ class BatchProcessor:
         n = self.config.partitions
         if self.config.partitioning == "hash":
             return hash_plan({}, {}, n)
-        due = data["batches"] % self.config.rebalance_every == 0
-        previous = items_from_json(data["owner"])
+        due = data.batches % self.config.rebalance_every == 0
+        previous = items_from_json(data.owner)
         if previous and not due:
             return _plan_from_state(data, n)
-        window_types = dict(data["window_type_counts"])
-        window_buckets = {(str(t), int(b)): int(c) for t, b, c in data["window_bucket_counts"]}
+        window_types = dict(data.window_type_counts)
+        window_buckets = {(str(t), int(b)): int(c) for t, b, c in data.window_bucket_counts}
         if not window_types:
             # No history yet: plan from what this batch holds.
             window_types, window_buckets = counts_type, counts_bucket
@@ -114,14 +114,14 @@ class BatchProcessor:
                 if item.shard != WHOLE:
                     plan.sharded = sorted({*plan.sharded, item.type_name})
                     plan.shard_of[item.type_name] = _shard_map(data, item.type_name)
-        data["owner"] = items_to_json(plan.owner)
-        data["sharded"] = list(plan.sharded)
-        data["shard_of"] = {t: {str(b): s for b, s in m.items()} for t, m in plan.shard_of.items()}
-        data["plans"] += 1
-        data["moves"] += sum(1 for _, old, _ in plan.moves if old >= 0)
-        data["window_type_counts"] = {}
-        data["window_bucket_counts"] = []
-        data["last_plan"] = {"batch_id": batch_id, **plan.to_json()}
+        data.owner = items_to_json(plan.owner)
+        data.sharded = list(plan.sharded)
+        data.shard_of = {t: {str(b): s for b, s in m.items()} for t, m in plan.shard_of.items()}
+        data.plans += 1
+        data.moves += sum(1 for _, old, _ in plan.moves if old >= 0)
+        data.window_type_counts = {}
+        data.window_bucket_counts = []
+        data.last_plan = {"batch_id": batch_id, **plan.to_json()}
         log.info(
             "batch %d: re-planned %d items over %d tasks, %d moved, planned max/median %s",
             batch_id,
@@ -139,7 +139,7 @@ class BatchProcessor:
             ):
                 self.stop_requested = True
                 raise StopAfterBatches(f"stopping before batch {batch_id}")
-            if batch_id <= self.state.data["last_batch_id"]:
+            if batch_id <= self.state.data.last_batch_id:
                 # Replayed after a crash between our state write and Spark's commit: already applied.
                 log.info("batch %d already applied, skipping", batch_id)
                 return
@@ -170,14 +170,12 @@ class BatchProcessor:
             from rebalancer.pipeline.sinks import write_stream_outputs
 
             assert self.sink is not None
+            data = self.state.data
+            if data.sink is None:
+                data.sink = {}
             # The batch's tables and its rebalancer_batches row commit together; a replay is skipped.
             write_stream_outputs(
-                self.sink,
-                frames,
-                self.checkpoint or self.out / "_checkpoint",
-                batch_id,
-                self.state.data.setdefault("sink", {}),
-                keys=keys,
+                self.sink, frames, self.checkpoint or self.out / "_checkpoint", batch_id, data.sink, keys=keys
             )
 
         stores = self.checkpoint / "rebalancer" if self.checkpoint is not None else None
@@ -211,21 +209,21 @@ class BatchProcessor:
             add_routing(data, routing, sections or {})
         # The slot plan's window counts only the types the built-in aggregation runs.
         window_counts = routing.builtin_counts if routing is not None else counts
-        totals = data["totals"]
-        totals["ingested"] += counts.ingested
-        totals["accepted"] += counts.accepted
-        totals["quarantined"] += counts.quarantined
+        totals = data.totals
+        totals.ingested += counts.ingested
+        totals.accepted += counts.accepted
+        totals.quarantined += counts.quarantined
         for reason, count in counts.reasons.items():
-            totals["reasons"][reason] = totals["reasons"].get(reason, 0) + count
+            totals.reasons[reason] = totals.reasons.get(reason, 0) + count
         for type_name, count in counts.type_counts.items():
-            data["type_totals"][type_name] = data["type_totals"].get(type_name, 0) + count
+            data.type_totals[type_name] = data.type_totals.get(type_name, 0) + count
         for type_name, count in window_counts.type_counts.items():
-            data["window_type_counts"][type_name] = data["window_type_counts"].get(type_name, 0) + count
-        window = {(str(t), int(b)): int(c) for t, b, c in data["window_bucket_counts"]}
+            data.window_type_counts[type_name] = data.window_type_counts.get(type_name, 0) + count
+        window = {(str(t), int(b)): int(c) for t, b, c in data.window_bucket_counts}
         for key, count in window_counts.bucket_counts.items():
             window[key] = window.get(key, 0) + count
-        data["window_bucket_counts"] = [[t, b, c] for (t, b), c in sorted(window.items())]
-        data["task_rows"] = [a + b for a, b in zip(data["task_rows"], task_rows)]
-        data["task_seconds"] = [round(a + b, 4) for a, b in zip(data["task_seconds"], task_seconds)]
-        data["batches"] += 1
-        data["last_batch_id"] = batch_id
+        data.window_bucket_counts = [[t, b, c] for (t, b), c in sorted(window.items())]
+        data.task_rows = [a + b for a, b in zip(data.task_rows, task_rows)]
+        data.task_seconds = [round(a + b, 4) for a, b in zip(data.task_seconds, task_seconds)]
+        data.batches += 1
+        data.last_batch_id = batch_id

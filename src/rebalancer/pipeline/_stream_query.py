@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline._stream_state import PROGRESS_KEPT, BatchProgress, StopAfterBatches, StreamState
+from rebalancer.pipeline._stream_state import (
+    PROGRESS_KEPT,
+    BatchProgress,
+    StopAfterBatches,
+    StreamData,
+    StreamState,
+)
 
 if TYPE_CHECKING:
     pass
@@ -46,7 +52,7 @@ class _ConnectProgress:
         self.path = state.path
         self.partitions = state.partitions
         self.on_batch = on_batch
-        self.printed_batches = int(state.data["batches"])  # applied before this run
+        self.printed_batches = int(state.data.batches)  # applied before this run
         self.lock = threading.Lock()
         self.listener = _progress_listener_class()(self)
 
@@ -56,11 +62,11 @@ class _ConnectProgress:
         except (OSError, ValueError):  # the run's end flushes again, and reports a bad state there
             log.debug("could not read the stream state for progress", exc_info=True)
 
-    def flush(self) -> dict[str, Any]:
+    def flush(self) -> StreamData:
         """Calls `on_batch` for each batch applied since the last call; returns the state read."""
         with self.lock:
             data = StreamState(self.path, self.partitions).data
-            for record in data.get("progress", []):
+            for record in data.progress or []:
                 record = dict(record)
                 batches = int(record.pop("batches"))
                 if batches <= self.printed_batches:

@@ -20,7 +20,7 @@ from rebalancer.pipeline._stream_query import (
     _sigint,
     stopped_after_batches,
 )
-from rebalancer.pipeline._stream_state import BatchProgress, StreamConfig, StreamState
+from rebalancer.pipeline._stream_state import BatchProgress, StreamConfig, StreamData, StreamState
 from rebalancer.pipeline.contract import REASONS, SKEW_DIGITS
 from rebalancer.pipeline.ingest import InputSpec, check_output, input_name, read_stream
 from rebalancer.pipeline.paths import OutputPath, output_path, write_json
@@ -219,46 +219,47 @@ def write_stream_summary(
     out: OutputPath,
     spec: InputSpec,
     config: StreamConfig,
-    data: dict[str, Any],
+    data: StreamData,
     elapsed: float,
     reports: OutputPath | None = None,
     interrupted: bool = False,
     output_mode: str | None = None,
 ) -> dict[str, Any]:
-    totals = data["totals"]
-    summary = {
+    totals = data.totals
+    unhandled = data.unhandled_types or {}
+    summary: dict[str, Any] = {
         "mode": "stream",
         "input": input_name(spec),
         "format": spec.format,
         "output": str(out),
         "output_mode": output_mode,
-        "ingested": totals["ingested"],
-        "accepted": totals["accepted"],
-        "quarantined": totals["quarantined"],
-        "quarantine_reasons": {r: totals["reasons"][r] for r in REASONS if r in totals["reasons"]},
-        "types": len(data["type_totals"]),
+        "ingested": totals.ingested,
+        "accepted": totals.accepted,
+        "quarantined": totals.quarantined,
+        "quarantine_reasons": {r: totals.reasons[r] for r in REASONS if r in totals.reasons},
+        "types": len(data.type_totals),
         "partitions": config.partitions,
         "partitioning": config.partitioning,
-        "batches": data["batches"],
-        "last_batch_id": data["last_batch_id"],
-        "plans": data["plans"],
-        "moves": data["moves"],
+        "batches": data.batches,
+        "last_batch_id": data.last_batch_id,
+        "plans": data.plans,
+        "moves": data.moves,
         "elapsed_s": round(elapsed, 3),
-        "task_rows": data["task_rows"],
-        "task_seconds": data["task_seconds"],
-        "skew_ratio": max_over_median(data["task_rows"], SKEW_DIGITS),
-        "handled": data["totals"]["accepted"] - sum(data.get("unhandled_types", {}).values()),
-        "unhandled": sum(data.get("unhandled_types", {}).values()),
-        "unhandled_types": data.get("unhandled_types", {}),
-        "handlers": data.get("handlers", {}),
+        "task_rows": data.task_rows,
+        "task_seconds": data.task_seconds,
+        "skew_ratio": max_over_median(data.task_rows, SKEW_DIGITS),
+        "handled": totals.accepted - sum(unhandled.values()),
+        "unhandled": sum(unhandled.values()),
+        "unhandled_types": unhandled,
+        "handlers": data.handlers or {},
     }
-    if data.get("sink"):
-        summary["sink"] = data["sink"]
+    if data.sink:
+        summary["sink"] = data.sink
     if interrupted:
         summary["interrupted"] = True  # stopped by Ctrl-C: the batches above are all that were applied
     reports = reports or out  # where summary.json and plan.json live
     reports.mkdir(parents=True, exist_ok=True)
     write_json(reports / "summary.json", summary)
-    if data.get("last_plan"):
-        write_json(reports / "plan.json", {"partitioning": config.partitioning, **data["last_plan"]})
+    if data.last_plan:
+        write_json(reports / "plan.json", {"partitioning": config.partitioning, **data.last_plan})
     return summary

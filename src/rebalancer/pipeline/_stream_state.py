@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline.contract import SKEW_DIGITS
@@ -17,9 +17,6 @@ from rebalancer.pipeline.slots import (
     SlotPlan,
     items_from_json,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -94,25 +91,122 @@ STATE_VERSION = 2
 PROGRESS_KEPT = 100
 
 
+@dataclass
+class StreamTotals:
+    """Rows over every batch applied: what the summary's counts and each progress line come from."""
+
+    ingested: int = 0
+    accepted: int = 0
+    quarantined: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ingested": self.ingested,
+            "accepted": self.accepted,
+            "quarantined": self.quarantined,
+            "reasons": self.reasons,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StreamTotals:
+        return cls(data["ingested"], data["accepted"], data["quarantined"], dict(data.get("reasons", {})))
+
+
+# The keys state.json may hold besides the fixed ones, in the order a batch adds them.
+_OPTIONAL = ("sink", "handlers", "unhandled_types", "progress")
+
+
+@dataclass
+class StreamData:
+    """A stream's state, typed; `to_json`/`from_json` keep state.json's keys as they were, so a
+    checkpoint written before this class still loads, and one written now reads the same."""
+
+    partitions: int
+    task_rows: list[int]
+    task_seconds: list[float]
+    version: int = STATE_VERSION
+    last_batch_id: int = -1
+    batches: int = 0
+    plans: int = 0
+    owner: list[dict[str, Any]] = field(default_factory=list)  # items_to_json's {type, shard, slot}
+    sharded: list[str] = field(default_factory=list)
+    shard_of: dict[str, dict[str, int]] = field(default_factory=dict)  # type -> {bucket (text): shard}
+    window_type_counts: dict[str, int] = field(default_factory=dict)
+    window_bucket_counts: list[list[Any]] = field(default_factory=list)  # [type, bucket, rows]
+    totals: StreamTotals = field(default_factory=StreamTotals)
+    type_totals: dict[str, int] = field(default_factory=dict)
+    moves: int = 0
+    last_plan: dict[str, Any] | None = None
+    # None until a batch adds them: a state without them is written without the key.
+    sink: dict[str, Any] | None = None
+    handlers: dict[str, dict[str, Any]] | None = None
+    unhandled_types: dict[str, int] | None = None
+    progress: list[dict[str, Any]] | None = None
+    # Keys this version does not know, written back as they were read.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, partitions: int) -> StreamData:
+        return cls(partitions, [0] * partitions, [0.0] * partitions)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": self.version,
+            "partitions": self.partitions,
+            "last_batch_id": self.last_batch_id,
+            "batches": self.batches,
+            "plans": self.plans,
+            "owner": self.owner,
+            "sharded": self.sharded,
+            "shard_of": self.shard_of,
+            "window_type_counts": self.window_type_counts,
+            "window_bucket_counts": self.window_bucket_counts,
+            "totals": self.totals.to_json(),
+            "type_totals": self.type_totals,
+            "task_rows": self.task_rows,
+            "task_seconds": self.task_seconds,
+            "moves": self.moves,
+            "last_plan": self.last_plan,
+        }
+        for key in _OPTIONAL:
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StreamData:
+        """A state `_state_problem` found usable."""
+        known = set(cls.empty(0).to_json()) | set(_OPTIONAL)
+        return cls(
+            partitions=data["partitions"],
+            task_rows=list(data["task_rows"]),
+            task_seconds=list(data["task_seconds"]),
+            version=data["version"],
+            last_batch_id=data["last_batch_id"],
+            batches=data["batches"],
+            plans=data["plans"],
+            owner=list(data["owner"]),
+            sharded=list(data["sharded"]),
+            shard_of=dict(data["shard_of"]),
+            window_type_counts=dict(data["window_type_counts"]),
+            window_bucket_counts=list(data["window_bucket_counts"]),
+            totals=StreamTotals.from_json(data["totals"]),
+            type_totals=dict(data["type_totals"]),
+            moves=data["moves"],
+            last_plan=data.get("last_plan"),
+            sink=data.get("sink"),
+            handlers=data.get("handlers"),
+            unhandled_types=data.get("unhandled_types"),
+            progress=data.get("progress"),
+            extra={key: value for key, value in data.items() if key not in known},
+        )
+
+
 def _empty_state(partitions: int) -> dict[str, Any]:
-    return {
-        "version": STATE_VERSION,
-        "partitions": partitions,
-        "last_batch_id": -1,
-        "batches": 0,
-        "plans": 0,
-        "owner": [],
-        "sharded": [],
-        "shard_of": {},
-        "window_type_counts": {},
-        "window_bucket_counts": [],
-        "totals": {"ingested": 0, "accepted": 0, "quarantined": 0, "reasons": {}},
-        "type_totals": {},
-        "task_rows": [0] * partitions,
-        "task_seconds": [0.0] * partitions,
-        "moves": 0,
-        "last_plan": None,
-    }
+    """An empty state as state.json holds it: the shape `_state_problem` checks a file against."""
+    return StreamData.empty(partitions).to_json()
 
 
 def _state_problem(data: Any, partitions: int) -> str | None:
@@ -161,33 +255,33 @@ class StreamState:
         self.path = path
         self.partitions = partitions
         problem: str | None
+        raw: Any
         try:
-            self.data = json.loads(path.read_text())
+            raw = json.loads(path.read_text())
         except FileNotFoundError:
-            self.data = _empty_state(partitions)
+            raw = _empty_state(partitions)
             problem = None
         except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8, or Hadoop's one-line error
             problem = f"{type(exc).__name__}: {exc}"
         else:
-            problem = _state_problem(self.data, partitions)
+            problem = _state_problem(raw, partitions)
         if problem is not None:
             raise ValueError(
                 f"checkpoint state {path} cannot be used: {' '.join(problem.split())}; "
                 "restore it, or start with a new --checkpoint"
             )
-        if self.data.get("version") != STATE_VERSION:
+        if raw.get("version") != STATE_VERSION:
             raise ValueError(
-                f"checkpoint state {path} is from an older rebalancer (version {self.data.get('version', 1)}, "
+                f"checkpoint state {path} is from an older rebalancer (version {raw.get('version', 1)}, "
                 f"need {STATE_VERSION}); start with a new --checkpoint"
             )
-        if self.data.get("partitions") != partitions:
-            raise ValueError(
-                f"partitions must match the checkpoint's {self.data.get('partitions')}, got {partitions}"
-            )
+        if raw.get("partitions") != partitions:
+            raise ValueError(f"partitions must match the checkpoint's {raw.get('partitions')}, got {partitions}")
+        self.data = StreamData.from_json(raw)
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(self.path, self.data)
+        write_json(self.path, self.data.to_json())
 
     def __reduce__(self) -> tuple[type[StreamState], tuple[OutputPath, int]]:
         """Unpickled (in Spark Connect's foreachBatch worker) by reading the file again: a worker
@@ -195,9 +289,11 @@ class StreamState:
         return type(self), (self.path, self.partitions)
 
 
-def add_routing(data: dict[str, Any], routing: Routing, sections: dict[str, dict[str, Any]]) -> None:
+def add_routing(data: StreamData, routing: Routing, sections: dict[str, dict[str, Any]]) -> None:
     """Add one batch's handler totals (types seen, rows, calls) and unhandled rows to the state."""
-    handlers = data.setdefault("handlers", {})
+    if data.handlers is None:
+        data.handlers = {}
+    handlers = data.handlers
     parts = {name: (types, sections.get(name, {})) for name, types in routing.handlers.items()}
     builtin = routing.builtin_counts.type_counts
     if builtin:
@@ -209,46 +305,48 @@ def add_routing(data: dict[str, Any], routing: Routing, sections: dict[str, dict
         total["types"] = len(seen)
         total["rows"] += sum(int(routing.counts.type_counts[t]) for t in types)
         total["calls"] += int(section.get("calls") or 0)
-    unhandled = data.setdefault("unhandled_types", {})
+    if data.unhandled_types is None:
+        data.unhandled_types = {}
+    unhandled = data.unhandled_types
     for type_name, count in routing.unhandled.items():
         unhandled[type_name] = unhandled.get(type_name, 0) + count
 
 
-def _shard_map(data: dict[str, Any], type_name: str) -> dict[int, int]:
-    return {int(b): int(s) for b, s in data.get("shard_of", {}).get(type_name, {}).items()}
+def _shard_map(data: StreamData, type_name: str) -> dict[int, int]:
+    return {int(b): int(s) for b, s in data.shard_of.get(type_name, {}).items()}
 
 
-def _progress(before: dict[str, Any], after: dict[str, Any], batch_id: int, seconds: float) -> BatchProgress:
+def _progress(before: StreamData, after: StreamData, batch_id: int, seconds: float) -> BatchProgress:
     """What one batch added to the state."""
-    task_rows = [new - old for new, old in zip(after["task_rows"], before["task_rows"])]
-    totals, previous = after["totals"], before["totals"]
+    task_rows = [new - old for new, old in zip(after.task_rows, before.task_rows)]
+    totals, previous = after.totals, before.totals
     return BatchProgress(
         batch_id=batch_id,
-        rows=totals["ingested"] - previous["ingested"],
-        accepted=totals["accepted"] - previous["accepted"],
-        quarantined=totals["quarantined"] - previous["quarantined"],
+        rows=totals.ingested - previous.ingested,
+        accepted=totals.accepted - previous.accepted,
+        quarantined=totals.quarantined - previous.quarantined,
         seconds=round(seconds, 3),
         skew_ratio=max_over_median(task_rows, SKEW_DIGITS),
-        replanned=after["plans"] > before["plans"],
-        moves=after["moves"] - before["moves"],
+        replanned=after.plans > before.plans,
+        moves=after.moves - before.moves,
     )
 
 
-def _keep_progress(data: dict[str, Any], progress: BatchProgress) -> None:
+def _keep_progress(data: StreamData, progress: BatchProgress) -> None:
     """The batch's progress line in the state, numbered by the batches applied so far."""
-    kept = [*data.get("progress", []), {"batches": data["batches"], **dataclasses.asdict(progress)}]
-    data["progress"] = kept[-PROGRESS_KEPT:]
+    kept = [*(data.progress or []), {"batches": data.batches, **dataclasses.asdict(progress)}]
+    data.progress = kept[-PROGRESS_KEPT:]
 
 
-def _plan_from_state(data: dict[str, Any], partitions: int) -> SlotPlan:
+def _plan_from_state(data: StreamData, partitions: int) -> SlotPlan:
     zeros = [0] * partitions
     return SlotPlan(
         partitions,
-        items_from_json(data["owner"]),
+        items_from_json(data.owner),
         {},
         list(zeros),
         list(zeros),
-        sharded=list(data["sharded"]),
+        sharded=list(data.sharded),
         skipped="kept",
-        shard_of={t: _shard_map(data, t) for t in data.get("shard_of", {})},
+        shard_of={t: _shard_map(data, t) for t in data.shard_of},
     )

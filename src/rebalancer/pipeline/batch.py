@@ -112,9 +112,11 @@ class ReusedPlan:
 
 
 def load_plan(source: str | Path, partitions: int, spark: SparkSession | None = None) -> ReusedPlan:
-    """The plan of `source` (a plan.json, or a run's output directory holding one), asked for
-    explicitly: anything that keeps it from being used is a ValueError naming the file, never a
-    silent fresh plan. A remote URI is read through `spark`'s Hadoop FileSystem."""
+    """The plan of `source` (a plan.json, a `balanced_apply` PlanStore's file, or a directory holding
+    either), asked for explicitly: anything that keeps it from being used is a ValueError naming the
+    file, never a silent fresh plan. A remote URI is read through `spark`'s Hadoop FileSystem."""
+    from rebalancer.pipeline.apply._store import is_store_file
+
     path = output_path(source, spark)
     if path.is_dir():
         path = path / "plan.json"
@@ -125,6 +127,8 @@ def load_plan(source: str | Path, partitions: int, spark: SparkSession | None = 
         problem = f"expected a JSON object, got {type(saved).__name__}"
     if problem is not None:
         raise ValueError(f"plan-from: {path} cannot be used: {' '.join(problem.split())}")
+    if is_store_file(saved):
+        return ReusedPlan(str(source), _store_items(path, saved, partitions))
     if saved.get("partitions") != partitions:
         raise ValueError(
             f"plan-from: {path} was made for {saved.get('partitions')} partitions, this run has {partitions}"
@@ -136,6 +140,38 @@ def load_plan(source: str | Path, partitions: int, spark: SparkSession | None = 
         return ReusedPlan(str(source), items_from_json(items))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"plan-from: {path} cannot be used: {type(exc).__name__}: {exc}") from None
+
+
+def _store_items(path: OutputPath, saved: dict[str, Any], partitions: int) -> dict[Item, int]:
+    """A `balanced_apply` plan store keyed by one column, as the pipeline's items: its keys are the
+    types. A text key is the type; an int key the text Spark's cast gives it; a null key is no type
+    (such rows are quarantined), so it is left out."""
+    from rebalancer.pipeline.apply._store import stored_plan
+
+    try:
+        columns, made_for, owner = stored_plan(saved)
+    except ValueError as exc:
+        raise ValueError(f"plan-from: {path} cannot be used: {' '.join(str(exc).split())}") from None
+    if len(columns) != 1:
+        raise ValueError(
+            f"plan-from: {path} is a plan store keyed by {len(columns)} columns ({', '.join(columns)}); "
+            "only a store keyed by one column (the type) maps onto the pipeline's types"
+        )
+    if made_for is None:
+        raise ValueError(f"plan-from: {path} is a plan store holding measurements but no plan")
+    if made_for != partitions:
+        raise ValueError(f"plan-from: {path} was made for {made_for} partitions, this run has {partitions}")
+    items: dict[Item, int] = {}
+    for item, slot in owner.items():
+        (value,) = item.key
+        if value is None:
+            continue
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ValueError(
+                f"plan-from: {path} cannot be used: its key {columns[0]} holds {value!r}, not a type name"
+            )
+        items[Item(str(value), item.shard)] = slot
+    return items
 
 
 def load_previous_summary(out: OutputPath) -> dict[str, Any] | None:
@@ -303,9 +339,9 @@ def run_batch(
 
     With `sink`, metrics and quarantine are also upserted into PostgreSQL (`rebalancer.pipeline.sinks`).
 
-    `plan_from` (a plan.json, or a run's output directory) is the plan the weighted placement
-    starts from and keeps what it can of; without it the plan is made afresh (a plan.json left in
-    the output is never read: it would silently change this run).
+    `plan_from` (a plan.json, a one-column PlanStore, or a directory holding either) is the plan the
+    weighted placement starts from and keeps what it can of; without it the plan is made afresh (a
+    plan.json left in the output is never read: it would silently change this run).
 
     `group_cost` (rows-equivalent of one handler call) makes the weighted plan balance estimated
     work instead of rows alone; see `slots.make_plan`. The session's time zone, Parquet timestamp
@@ -453,8 +489,9 @@ def _run_batch(
     if report:
         step("report")
         from rebalancer.pipeline.report import write_report
+        from rebalancer.pipeline.run_summary import RunSummary
 
         # elapsed_s stays the time to the metrics written: one number in the report, the file and the terminal.
-        write_report(reports / "report.html", summary, plan, previous_summary)
+        write_report(reports / "report.html", RunSummary.from_json(summary), plan, previous_summary)
     write_json(reports / "summary.json", summary)
     return summary

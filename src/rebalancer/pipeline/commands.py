@@ -184,8 +184,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=location_argument,
         default=None,
         metavar="PATH",
-        help="start the weighted plan from this plan.json (or a run's output directory holding one) and "
-        "keep what it can of it (default: a fresh plan; a plan left in the output is never read)",
+        help="start the weighted plan from this plan.json, or a balanced_apply plan store keyed by one "
+        "column (the type), or a directory holding either, and keep what it can of it "
+        "(default: a fresh plan; a plan left in the output is never read)",
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument(
@@ -367,20 +368,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from rebalancer.pipeline.quiet import interrupt_cancels_jobs, jvm_log_file, spark_python_logs_to
-    from rebalancer.pipeline.session import build_session, check_reachable
+    from rebalancer.pipeline.session import build_session
 
     # Stop the session at the end only if this command started it (not spark-submit's, not a caller's).
     owns_session = SparkSession.getActiveSession() is None and master is not None
-    if owns_session:
-        timeout = getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
-        flag = "--remote" if getattr(args, "remote", None) else "--master"
-        check_reachable(master, timeout, field=flag, advice="--connect-timeout sets the wait")
+    # Only a session this command starts is waited for: an address nothing answers at, or a listener
+    # that is no Spark master, fails in --connect-timeout seconds.
+    timeout = getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_S) if owns_session else None
+    flag = "--remote" if getattr(args, "remote", None) else "--master"
     verbose = getattr(args, "verbose", 0)
     with console.status("starting Spark"):
         # -v is the project's own logs (and Spark's errors); Spark's and the JVM's startup output waits
         # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
         log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
-        spark = build_session(master=master, quiet=verbose < 2, log_file=log_file)
+        spark = build_session(
+            master=master,
+            quiet=verbose < 2,
+            log_file=log_file,
+            connect_timeout=timeout,
+            field=flag,
+            advice="--connect-timeout sets the wait",
+        )
     python_logs = ExitStack()
     spark_log = jvm_log_file()
     if spark_log is not None:

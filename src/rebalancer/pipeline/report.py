@@ -6,10 +6,13 @@ import base64
 import html
 import io
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rebalancer.pipeline.paths import OutputPath
 from rebalancer.pipeline.slots import SlotPlan
+
+if TYPE_CHECKING:
+    from rebalancer.pipeline.run_summary import RunSummary
 
 
 def format_skew(ratio: float | None) -> str:
@@ -161,27 +164,30 @@ def no_rows_accepted(summary: dict[str, Any]) -> str | None:
     return f"0 of {ingested:,} rows accepted; every row was quarantined: {shares}"
 
 
-def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None) -> str:
-    after_label = f"{summary['partitioning']} (this run)"
-    hash_skew = format_skew(summary.get("hash_skew_ratio"))
-    our_skew = format_skew(summary["skew_ratio"])
-    empty = no_rows_accepted(summary)
+def render_report(summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] | None) -> str:
+    """The page for `summary`; `previous` is the last run's summary.json as read (any version's,
+    so a dict), for its seconds per task."""
+    details = summary.details  # what a batch run adds to the fields: hash placement, top types, handlers
+    after_label = f"{summary.partitioning} (this run)"
+    hash_skew = format_skew(details.get("hash_skew_ratio"))
+    our_skew = format_skew(summary.skew_ratio)
+    empty = no_rows_accepted(details)
     # No accepted row: no task got any, and every chart would be an empty frame (axes "0, 0, -0").
     charts = [] if empty is not None else _charts(summary, previous, after_label, hash_skew, our_skew)
     rows = [
-        ("input", summary["input"]),
-        ("partitioning", summary["partitioning"]),
-        ("partitions", summary["partitions"]),
+        ("input", summary.input),
+        ("partitioning", summary.partitioning),
+        ("partitions", summary.partitions),
         (
             "ingested / accepted / quarantined",
-            f"{summary['ingested']:,} / {summary['accepted']:,} / {summary['quarantined']:,}",
+            f"{summary.ingested:,} / {summary.accepted:,} / {summary.quarantined:,}",
         ),
-        ("types (sharded)", f"{summary['types']:,} ({', '.join(summary['sharded_types']) or 'none'})"),
+        ("types (sharded)", f"{summary.types:,} ({', '.join(details['sharded_types']) or 'none'})"),
         ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
-        ("elapsed", f"{summary['elapsed_s']:.1f} s (reading to metrics written)"),
-        *([(WALL_LABEL, walls)] if (walls := wall_line(summary)) else []),
+        ("elapsed", f"{summary.elapsed_s:.1f} s (reading to metrics written)"),
+        *([(WALL_LABEL, walls)] if (walls := wall_line(details)) else []),
         ("plan", _plan_line(plan)),
-        ("rebalancer version, finished at", f"{summary.get('version')}, {summary.get('finished_at')}"),
+        ("rebalancer version, finished at", f"{details.get('version')}, {details.get('finished_at')}"),
     ]
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     figures = "".join(
@@ -189,7 +195,7 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         for title, data in charts
     )
     intro = _intro(summary) if empty is None else _empty_intro(empty)
-    notes = [uneven_seconds_note(summary), wall_note(summary)] if empty is None else []
+    notes = [uneven_seconds_note(details), wall_note(details)] if empty is None else []
     for note in notes:
         if note:
             intro += " " + note
@@ -198,7 +204,7 @@ def render_report(summary: dict[str, Any], plan: SlotPlan, previous: dict[str, A
         "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
         "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
         f"<h1>rebalancer pipeline report</h1><p>{html.escape(intro)}</p>"
-        f"<table>{table}</table>{_handler_table(summary)}{figures}</body></html>\n"
+        f"<table>{table}</table>{_handler_table(details)}{figures}</body></html>\n"
     )
 
 
@@ -210,7 +216,7 @@ def _empty_intro(empty: str) -> str:
 
 
 def _charts(
-    summary: dict[str, Any], previous: dict[str, Any] | None, after_label: str, hash_skew: str, our_skew: str
+    summary: RunSummary, previous: dict[str, Any] | None, after_label: str, hash_skew: str, our_skew: str
 ) -> list[tuple[str, str]]:
     """The report's charts, (title, base64 PNG) each."""
     charts: list[tuple[str, str]] = []
@@ -219,8 +225,8 @@ def _charts(
             f"Rows per task: Spark's hash placement (skew {hash_skew}) vs this run (skew {our_skew})",
             _bars(
                 [
-                    (f"Spark's hash placement, skew {hash_skew}", summary["hash_load"]),
-                    (f"{after_label}, skew {our_skew}", summary["task_rows"]),
+                    (f"Spark's hash placement, skew {hash_skew}", summary.details["hash_load"]),
+                    (f"{after_label}, skew {our_skew}", list(summary.task_rows)),
                 ],
                 "Rows per task (skew = largest task's rows / median task's rows)",
                 "rows",
@@ -228,20 +234,20 @@ def _charts(
         )
     )
     seconds: list[tuple[str, list[float]]] = []
-    if previous and len(previous.get("task_seconds", [])) == len(summary["task_seconds"]):
+    if previous and len(previous.get("task_seconds", [])) == len(summary.task_seconds):
         seconds.append((f"{previous.get('partitioning')} (previous run)", previous["task_seconds"]))
-    seconds.append((after_label, summary["task_seconds"]))
+    seconds.append((after_label, summary.task_seconds))
     charts.append(("Seconds per task", _bars(seconds, "Seconds each task spent in the handlers", "seconds")))
-    handler_chart = _handler_seconds(summary)
+    handler_chart = _handler_seconds(summary.details)
     if handler_chart is not None:
         charts.append(handler_chart)
-    top = summary["top_types"]
+    top = summary.details["top_types"]
     charts.append(
         ("The hottest types", _hbars(list(top), list(top.values()), "Rows of the hottest types", "rows"))
     )
-    count_labels = ["ingested", "accepted", "quarantined", *summary["quarantine_reasons"]]
-    count_values = [summary["ingested"], summary["accepted"], summary["quarantined"]]
-    count_values += list(summary["quarantine_reasons"].values())
+    count_labels = ["ingested", "accepted", "quarantined", *summary.quarantine_reasons]
+    count_values: list[float] = [summary.ingested, summary.accepted, summary.quarantined]
+    count_values += list(summary.quarantine_reasons.values())
     charts.append(
         (
             "Counts",
@@ -306,9 +312,9 @@ def _handler_seconds(summary: dict[str, Any]) -> tuple[str, str] | None:
     )
 
 
-def _intro(summary: dict[str, Any]) -> str:
+def _intro(summary: RunSummary) -> str:
     return (
-        f"The charts compare how many rows each of the {summary['partitions']} Spark tasks processed under "
+        f"The charts compare how many rows each of the {summary.partitions} Spark tasks processed under "
         "Spark's hash placement of types and under this run's placement, then the seconds each task spent, "
         "the hottest types, and how many rows were accepted or quarantined."
     )
@@ -322,7 +328,7 @@ def _plan_line(plan: SlotPlan) -> str:
 
 
 def write_report(
-    path: OutputPath, summary: dict[str, Any], plan: SlotPlan, previous: dict[str, Any] | None
+    path: OutputPath, summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] | None
 ) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(render_report(summary, plan, previous))

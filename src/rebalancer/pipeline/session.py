@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -53,6 +54,8 @@ def build_session(
     conf: Mapping[str, str] | None = None,
     log_file: str | Path | None = None,
     connect_timeout: float | None = None,
+    field: str = "master",
+    advice: str = "",
 ) -> SparkSession:
     """A session whose Python workers run this interpreter; `master=None` defers to spark-submit.
 
@@ -64,10 +67,12 @@ def build_session(
     and the JVM's stderr go to that file and none to the console (`quiet.jvm_log_file()` names it).
 
     `connect_timeout` (seconds) bounds the wait for a spark://, sc:// or k8s:// master to answer:
-    an unreachable one is a ValueError naming it, not Spark's retries of a minute or more.
+    an unreachable one is a ValueError naming it (as `field`, then `advice`), not Spark's retries of
+    a minute or more. For a spark:// master it also bounds the session's start, once the JVM is up:
+    a listener that accepts the connection but is no Spark master is refused the same way.
     """
     if connect_timeout is not None:
-        check_reachable(master, connect_timeout)
+        check_reachable(master, connect_timeout, field=field, advice=advice)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -119,10 +124,82 @@ def build_session(
             builder = builder.config("spark.driver.extraJavaOptions", quiet_java_options())
             startup = jvm_stderr_filtered()
     with startup:
-        session = builder.getOrCreate()
+        if connect_timeout is not None and str(master).lower().startswith("spark://"):
+            session = _bounded_start(builder, str(master), connect_timeout, field, advice)
+        else:
+            session = builder.getOrCreate()
     if not to_file:  # a log file keeps Spark's warnings too: it is read when something went wrong
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _bounded_start(
+    builder: SparkSession.Builder, master: str, timeout: float, field: str, advice: str
+) -> SparkSession:
+    """`builder.getOrCreate()`, given `timeout` seconds from the JVM being up to the session being up.
+
+    Spark's registration with a spark:// master that never answers (a listener that is no master)
+    retries for about a minute, then fails in Java traces; here the JVM this call started is
+    stopped at the deadline and the caller gets one ValueError naming `field` and the master."""
+    from pyspark import SparkContext
+
+    started: list[SparkSession] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            started.append(builder.getOrCreate())
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    had_jvm = SparkContext._gateway is not None
+    thread = threading.Thread(target=start, name="rebalancer-session-start", daemon=True)
+    thread.start()
+    deadline: float | None = None
+    while thread.is_alive():
+        if deadline is None and SparkContext._gateway is not None:
+            deadline = time.monotonic() + timeout  # the JVM's own start is not the master's to answer
+        wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+        if wait <= 0:
+            if not had_jvm:
+                _stop_jvm(thread)
+            advice = f"; {advice}" if advice else ""
+            raise ValueError(
+                f"{field}: {master} accepted a connection but did not answer as a Spark master "
+                f"within {timeout:g} s{advice}"
+            )
+        thread.join(wait)
+    if failed:
+        raise failed[0]
+    return started[0]
+
+
+def _stop_jvm(starting: threading.Thread) -> None:
+    """Kill the JVM gateway a session start left waiting and forget it, so a later session starts a
+    new one; py4j's errors from the waiting call (the JVM gone under it) are expected, not shown."""
+    import logging
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    py4j = logging.getLogger("py4j")
+    level = py4j.level
+    py4j.setLevel(logging.CRITICAL)
+    try:
+        process = getattr(gateway, "proc", None)
+        if process is not None:
+            process.kill()
+            process.wait()
+        if gateway is not None:
+            try:
+                gateway.shutdown()
+            except Exception:  # its JVM is gone: what is left to close may fail to
+                pass
+        starting.join(10)  # the waiting call ends once its connection drops
+    finally:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        py4j.setLevel(level)
 
 
 # The ports a master URL without one is reached at (Spark's, Spark Connect's and HTTPS's defaults).

@@ -87,6 +87,31 @@ def _store_problem(data: Any) -> str | None:
     return None
 
 
+def is_store_file(data: Any) -> bool:
+    """Whether `data` is a plan store's file rather than the pipeline's plan.json, which shares its
+    name: only a store names its key columns."""
+    return isinstance(data, dict) and "key" in data and "version" in data
+
+
+def _owner(data: Mapping[str, Any]) -> dict[ApplyItem, int]:
+    return {
+        ApplyItem(decode_key(row["key"]), WHOLE if row["shard"] is None else int(row["shard"])): int(row["slot"])
+        for row in data.get("items", [])
+    }
+
+
+def stored_plan(data: Any) -> tuple[list[str], int | None, dict[ApplyItem, int]]:
+    """A store file's key columns, partitions and item -> slot map, for a caller that asked for this
+    store by name: a ValueError saying why it cannot be used, where `PlanStore.load` warns and goes on."""
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != STORE_VERSION:
+        raise ValueError(f"it is a plan store of version {version!r}; this rebalancer reads version {STORE_VERSION}")
+    problem = _store_problem(data)
+    if problem is not None:
+        raise ValueError(problem)
+    return list(data["key"]), data.get("partitions"), _owner(data)
+
+
 class PlanStore:
     """A directory holding the last plan (for stickiness) and the seconds each key took (for cost).
 
@@ -144,12 +169,7 @@ class PlanStore:
         data = self.load()
         if not data or data.get("key") != key_columns or data.get("partitions") != partitions:
             return {}
-        return {
-            ApplyItem(decode_key(row["key"]), WHOLE if row["shard"] is None else int(row["shard"])): int(
-                row["slot"]
-            )
-            for row in data.get("items", [])
-        }
+        return _owner(data)
 
     def key_costs(self, key_columns: list[str]) -> dict[Key, KeyCost]:
         """Rows, seconds and calls per key measured by the last run that recorded any."""
