@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -170,9 +171,10 @@ def test_an_unreachable_master_is_one_line_naming_it_and_the_flag(small_input, t
     assert not out.exists()  # refused before Spark started: nothing written
 
 
-@pytest.fixture()
-def silent_master() -> Iterator[int]:
-    """A port that accepts TCP connections and never says a word: no Spark master behind it."""
+@contextmanager
+def _listener(reply: bytes | None) -> Iterator[int]:
+    """A port that accepts TCP connections and answers each with `reply` then closes it, or, with
+    None, keeps it open and never says a word: no Spark master or Connect server behind it."""
     server = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []
     stopped = threading.Event()
@@ -183,7 +185,14 @@ def silent_master() -> Iterator[int]:
                 connection, _ = server.accept()
             except OSError:  # closed: the test is over
                 return
-            held.append(connection)  # kept open, unanswered
+            if reply is None:
+                held.append(connection)  # kept open, unanswered
+                continue
+            with connection:
+                try:
+                    connection.sendall(reply)
+                except OSError:  # the client went first
+                    pass
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -198,6 +207,19 @@ def silent_master() -> Iterator[int]:
         thread.join()
 
 
+@pytest.fixture()
+def silent_master() -> Iterator[int]:
+    with _listener(None) as port:
+        yield port
+
+
+@pytest.fixture()
+def http_server() -> Iterator[int]:
+    """Another protocol on the port: an HTTP/1.0 answer to whatever is sent, at once."""
+    with _listener(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nnot Spark\r\n") as port:
+        yield port
+
+
 def test_a_master_that_accepts_but_never_answers_is_one_line_naming_it(small_input, tmp_path, silent_master):
     url = f"spark://127.0.0.1:{silent_master}"
     out = tmp_path / "out"
@@ -209,6 +231,25 @@ def test_a_master_that_accepts_but_never_answers_is_one_line_naming_it(small_inp
     assert _quiet_failure(done) == (
         f"rebalancer: error: --master: {url} accepted a connection but did not answer as a Spark master "
         f"within 5 s; --connect-timeout sets the wait (Spark's log: {out / 'spark.log'})"
+    )
+    assert not (out / "summary.json").exists()
+
+
+# -- An sc:// listener that never answers, or answers HTTP: the gRPC client retried for minutes ---
+@pytest.mark.parametrize("listener", ["silent_master", "http_server"])
+def test_a_connect_server_that_does_not_answer_as_one_is_one_line_naming_it(
+    small_input, tmp_path, request, listener
+):
+    url = f"sc://127.0.0.1:{request.getfixturevalue(listener)}"
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*CLI, "pipeline", "run", "--input", str(small_input), "--out", str(out), "--remote", url,
+         "--connect-timeout", "5"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert _quiet_failure(done) == (
+        f"rebalancer: error: --remote: {url} accepted a connection but did not answer as a Spark Connect "
+        "server within 5 s; --connect-timeout sets the wait"
     )
     assert not (out / "summary.json").exists()
 

@@ -68,8 +68,9 @@ def build_session(
 
     `connect_timeout` (seconds) bounds the wait for a spark://, sc:// or k8s:// master to answer:
     an unreachable one is a ValueError naming it (as `field`, then `advice`), not Spark's retries of
-    a minute or more. For a spark:// master it also bounds the session's start, once the JVM is up:
-    a listener that accepts the connection but is no Spark master is refused the same way.
+    a minute or more. It also bounds the session's start (for spark://, once the JVM is up): a
+    listener that accepts the connection but is no Spark master or Connect server is refused the
+    same way.
     """
     if connect_timeout is not None:
         check_reachable(master, connect_timeout, field=field, advice=advice)
@@ -80,7 +81,20 @@ def build_session(
     if is_connect_url(master):
         if conf:
             raise ValueError(f"conf: a Spark Connect session takes no start-up settings, got {sorted(conf)}")
-        return _connect_session(str(master), app_name, shuffle_partitions)
+        from rebalancer._extras import require_extra
+
+        require_extra("Spark Connect (sc://)", "spark", CONNECT_CLIENT_MODULES)
+        if connect_timeout is None:
+            return _connect_session(str(master), app_name, shuffle_partitions)
+        from rebalancer.pipeline._connect_start import bounded_connect_start
+
+        return bounded_connect_start(
+            str(master),
+            lambda: _connect_session(str(master), app_name, shuffle_partitions),
+            connect_timeout,
+            field,
+            advice,
+        )
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -294,9 +308,6 @@ def _connect_session(url: str, app_name: str, shuffle_partitions: int | None) ->
     so only the SQL settings the pipeline relies on are set, per session."""
     from pyspark.sql import SparkSession
 
-    from rebalancer._extras import require_extra
-
-    require_extra("Spark Connect (sc://)", "spark", CONNECT_CLIENT_MODULES)
     session = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
     session.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     for key, value in PIPELINE_CONF.items():
