@@ -167,20 +167,21 @@ def test_run_reuses_a_plan_store_keyed_by_type(spark, dataset: tuple[Path, pd.Da
     assert done.plan_line() == f"plan: reused from {store.path} ({kept} items kept, {moved} moved)"
 
 
-@pytest.mark.timeout(600)  # the child starts its own Spark before the plan is read
-def test_cli_refuses_a_plan_store_of_several_columns_in_one_line(
-    dataset: tuple[Path, pd.DataFrame], tmp_path: Path
+@pytest.mark.parametrize("where", ["store", "file://{root}/store"])
+def test_cli_refuses_a_plan_store_of_several_columns_in_one_line_before_spark_starts(
+    dataset: tuple[Path, pd.DataFrame], tmp_path: Path, where: str
 ) -> None:
+    """A local --plan-from with --partitions is checked with the request: no JVM start, no Spark log."""
     _store(tmp_path / "store", {("a", "x"): 10}, 2, ["type", "entity"])
     done = subprocess.run(
         [EXE, "pipeline", "run", "--input", str(dataset[0]), "--output", "out", "--partitions", "2",
-         "--plan-from", "store", "--master", "local[1]"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=500, check=False,
+         "--plan-from", where.format(root=tmp_path), "--master", "local[1]"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False,
     )
-    lines = done.stderr.strip().splitlines()
+    shown = "store/plan.json" if where == "store" else f"file://{tmp_path}/store/plan.json"
     assert done.returncode == 2, done.stderr
-    assert lines == [  # one line; Spark had started, so it names Spark's log too
-        "rebalancer: error: plan-from: store/plan.json is a plan store keyed by 2 columns (type, entity); "
-        "only a store keyed by one column (the type) maps onto the pipeline's types (Spark's log: out/spark.log)"
+    assert done.stderr.splitlines() == [
+        f"rebalancer: error: plan-from: {shown} is a plan store keyed by 2 columns (type, entity); "
+        "only a store keyed by one column (the type) maps onto the pipeline's types"
     ]
-    assert not (tmp_path / "out" / "summary.json").exists()
+    assert not (tmp_path / "out").exists()  # refused before Spark started: not even its log

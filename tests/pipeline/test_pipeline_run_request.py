@@ -64,6 +64,24 @@ def test_a_bad_request_is_refused_naming_the_field(fields: dict, message: str) -
     assert str(caught.value).startswith(message)
 
 
+def test_a_local_plan_from_is_checked_with_the_request_when_partitions_are_given(tmp_path: Path) -> None:
+    """Before Spark starts: the same checks (and words) as the run's own `load_plan`."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"partitions": 8, "items": []}))
+    for source in (plan, tmp_path, str(plan), f"file://{plan}"):
+        with pytest.raises(ValueError) as caught:
+            RunRequest(input="data", partitions=4, plan_from=source)
+        shown = f"file://{plan}" if str(source).startswith("file:") else str(plan)
+        assert str(caught.value) == f"plan-from: {shown} was made for 8 partitions, this run has 4"
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input="data", partitions=4, plan_from=tmp_path / "missing.json")
+    assert str(caught.value) == f"plan-from: no such file: {tmp_path / 'missing.json'}"
+    assert RunRequest(input="data", partitions=8, plan_from=plan).plan_from == plan
+    # Without --partitions the run's count is the session's; a remote file is read through Spark.
+    assert RunRequest(input="data", plan_from=plan).plan_from == plan
+    assert RunRequest(input="data", partitions=4, plan_from="hdfs://nn/plan.json").plan_from == "hdfs://nn/plan.json"
+
+
 def test_a_kafka_request_takes_no_file_format_and_knows_a_group_keys_by_batch() -> None:
     with pytest.raises(ValueError, match=r"^format: a kafka:// input holds JSON values"):
         RunRequest(input="kafka://h:9092/t", format="csv")

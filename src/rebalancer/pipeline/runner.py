@@ -17,7 +17,7 @@ from rebalancer.pipeline._checks import check_partitions
 from rebalancer.pipeline.contract import FORMATS
 from rebalancer.pipeline.dispatch import PARTITIONINGS
 from rebalancer.pipeline.output_mode import OUTPUT_MODES, check_output_mode, clear_outputs
-from rebalancer.pipeline.paths import join
+from rebalancer.pipeline.paths import is_remote, join
 from rebalancer.pipeline.run_summary import RunSummary  # re-exported: its public home is here
 
 __all__ = ["RunRequest", "RunSummary", "resolve_input", "run"]
@@ -57,7 +57,8 @@ class RunRequest:
     happens to an `output` that already holds a run: "error" refuses it, "overwrite" clears it
     first (report and plan included), "append" adds this run to it (a stream resuming from its
     checkpoint, a Kafka `?group=` run). `plan_from` (a plan.json, a one-column PlanStore, or a
-    directory holding either) is the only way a previous plan reaches this run.
+    directory holding either) is the only way a previous plan reaches this run; a local one is
+    checked here when `partitions` is given, so a bad file fails before Spark starts.
     """
 
     input: str | Path | Input
@@ -106,6 +107,11 @@ class RunRequest:
             raise ValueError(
                 f"plan-from: a stream re-plans from its checkpoint, got --plan-from {self.plan_from} with --stream"
             )
+        if self.plan_from is not None and self.partitions is not None and not is_remote(self.plan_from):
+            from rebalancer.pipeline.batch import load_plan
+
+            # A local plan is checked now, before Spark starts: the run loads it again, through Spark.
+            load_plan(self.plan_from, self.partitions)
         if self.compare_hash:
             self._check_compare_hash()
         if not self.stream:
