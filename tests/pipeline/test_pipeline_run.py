@@ -82,6 +82,16 @@ def test_run_from_python_then_refused_reused_and_overwritten(
     )
     assert json.loads((tmp_path / "first" / "summary.json").read_text())["output_mode"] == "overwrite"
 
+    # Overwrite an output while reusing the plan it holds: the plan is read before the output is cleared.
+    own = tmp_path / "first" / "plan.json"
+    kept_plan = json.loads(own.read_text())
+    fourth = run(
+        RunRequest(input=data, output=tmp_path / "first", partitions=4, mode="overwrite", plan_from=own, report=False),
+        spark=spark,
+    )
+    assert fourth.plan_reused == {"from": str(own), "kept": len(kept_plan["items"]), "moved": 0}
+    assert json.loads(own.read_text())["items"] == kept_plan["items"]
+
 
 def test_plan_from_a_plan_for_other_partitions_is_refused(spark, dataset: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
     (tmp_path / "plan.json").write_text(json.dumps({"partitions": 8, "items": []}))

@@ -320,7 +320,7 @@ def run_batch(
     report_dir: str | Path | None = None,
     handlers: Pipeline | None = None,
     cost: str = "rows",
-    plan_from: str | Path | None = None,
+    plan_from: str | Path | ReusedPlan | None = None,
     output_mode: str | None = None,
     compare_hash: bool = False,
 ) -> dict[str, Any]:
@@ -385,7 +385,7 @@ def _run_batch(
     reports: OutputPath | None = None,
     handlers: Pipeline | None = None,
     cost: str = "rows",
-    plan_from: str | Path | None = None,
+    plan_from: str | Path | ReusedPlan | None = None,
     output_mode: str | None = None,
     compare_hash: bool = False,
 ) -> dict[str, Any]:
@@ -396,7 +396,7 @@ def _run_batch(
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     step = progress or (lambda _stage: None)
     started = time.perf_counter()
-    reused = load_plan(plan_from, partitions, spark) if plan_from is not None else None
+    reused = plan_from if isinstance(plan_from, ReusedPlan) or plan_from is None else load_plan(plan_from, partitions, spark)
 
     group_read = _plan_group(spec)
     if group_read is not None:

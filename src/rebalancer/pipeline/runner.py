@@ -205,6 +205,13 @@ def run(
 
         # A table with other columns fails here, before any work; a group run keys its tables by batch.
         prepare_sink(request.sink, spark, stream=request.keyed_by_batch, handlers=request.handlers)
+    reused = None
+    if request.plan_from is not None and not request.stream:
+        from rebalancer.pipeline.batch import load_plan
+        from rebalancer.pipeline.session import default_parallelism
+
+        # Read before --mode overwrite clears the output, which may be where the plan is.
+        reused = load_plan(request.plan_from, request.partitions or default_parallelism(spark), spark)
     clear_outputs(request.output, request.mode, request.report_dir, request.checkpoint_location, spark)
     if request.stream:
         from rebalancer.pipeline.stream import StreamConfig, run_stream
@@ -252,7 +259,7 @@ def run(
             handlers=request.handlers,
             cost=request.cost,
             report_dir=request.report_dir,
-            plan_from=request.plan_from,
+            plan_from=reused,
             output_mode=request.mode,
             compare_hash=request.compare_hash,
         )
