@@ -87,3 +87,61 @@ def test_the_request_negotiates_as_aiokafkas_and_builds_the_fast_struct():
     plain = ProduceRequest(transactional_id=None, required_acks=-1, timeout=100, topics=[("t", [(0, b"x")])])
     assert struct.encode() == plain.prepare({0: (0, 7)}).encode()
     assert type(request.prepare({0: (0, 2)})).API_VERSION == 2
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.metadata_updates = 0
+
+    def force_metadata_update(self) -> None:
+        self.metadata_updates += 1
+
+
+class FakeSender:
+    """What SendProduceReqHandler and ProduceHandler read of a sender."""
+
+    def __init__(self) -> None:
+        self.client = FakeClient()
+
+    _txn_manager = None
+    _retry_backoff = 0.1
+    transactional_id = None
+    acks = -1
+    request_timeout_ms = 1000
+
+
+@pytest.mark.parametrize("version", [0, 2, 5, 7])
+def test_the_handler_acks_in_one_pass_and_leaves_errors_to_aiokafka(version: int):
+    import asyncio
+
+    from aiokafka.errors import MessageSizeTooLargeError, NotLeaderForPartitionError
+    from aiokafka.structs import TopicPartition
+
+    from rebalancer.produce.aiokafka_adapter import Batch, ProduceHandler, new_builder
+    from rebalancer.produce.stats import DeliveryCounters
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        counters = DeliveryCounters()
+        tps = [TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0), TopicPartition("b", 7)]
+        plan = {tp: Batch(tp, new_builder(1000, 0, False), 10.0, counters, loop, None, set()) for tp in tps}
+        futures = {tp: [plan[tp].add(None, b"v", 1.0) for _ in range(2)] for tp in tps}
+        extra = (0,) * {0: 0, 2: 1, 5: 2, 7: 2}[version]  # timestamp, log_start_offset
+        response_type = FAST_PRODUCE_STRUCTS[base(version)].RESPONSE_TYPE
+        tail = [0] * (len(response_type.SCHEMA.fields) - 1)
+        response = response_type([
+            ("a", [(0, 0, 10, *extra), (1, NotLeaderForPartitionError.errno, -1, *extra)]),
+            ("b", [(0, MessageSizeTooLargeError.errno, -1, *extra), (7, 0, 20, *extra), (9, 0, 5, *extra)]),
+        ], *tail)  # fmt: skip
+        sender = FakeSender()
+        handler = ProduceHandler(sender, plan)
+        handler.handle_response(response)
+        assert [f.result() for f in futures[tps[0]]] == [(0, 10), (0, 11)]
+        assert [f.result() for f in futures[tps[3]]] == [(7, 20), (7, 21)]
+        assert not any(f.done() for f in futures[tps[1]])  # retriable: aiokafka queues a retry
+        assert handler._to_reenqueue == [plan[tps[1]]]
+        assert all(isinstance(f.exception(), MessageSizeTooLargeError) for f in futures[tps[2]])
+        assert counters.acked == 4 and counters.failed == 2
+        assert sender.client.metadata_updates == 1  # not leader: aiokafka asks for new metadata
+
+    asyncio.run(main())

@@ -512,6 +512,40 @@ class ProduceHandler(SendProduceReqHandler):
             topics=list(topics.items()),
         )
 
+    def handle_response(self, response: Any) -> None:
+        """Acks (error code 0) resolve here; every partition with an error goes to aiokafka's handler.
+
+        aiokafka makes a TopicPartition and looks up the error class per partition, acks
+        included; here an ack is one tuple index and a dict lookup (a TopicPartition is a named
+        tuple, so `(topic, partition)` finds it). Retry-or-fail stays aiokafka's decision.
+        """
+        plan: dict[Any, MessageBatch] = self.plan
+        errors: list[tuple[str, list[tuple[Any, ...]]]] = []
+        for topic, partitions in response.topics:
+            failed: list[tuple[Any, ...]] | None = None
+            for info in partitions:  # (partition, error_code, offset, ...) in every version
+                if info[1] == 0:
+                    batch = plan.get((topic, info[0]))
+                    if batch is not None:
+                        batch.done(info[2])
+                    continue
+                if failed is None:
+                    failed = []
+                    errors.append((topic, failed))
+                failed.append(info)
+        if errors:
+            super().handle_response(_ErrorsOnly(errors, response.API_VERSION))
+
+
+class _ErrorsOnly:
+    """The part of a ProduceResponse aiokafka's handler still has to read: partitions with errors."""
+
+    __slots__ = ("API_VERSION", "topics")
+
+    def __init__(self, topics: list[tuple[str, list[tuple[Any, ...]]]], api_version: int) -> None:
+        self.topics = topics
+        self.API_VERSION = api_version
+
 
 class Accumulator(MessageAccumulator):
     """Per-partition queues of batches; readiness is the collector's decision, not a per-batch timer.
