@@ -172,3 +172,20 @@ def test_flush_for_commit_closes_the_queued_batches_and_waits_for_them():
         assert first.result() == (3, 10) and not second.done()
 
     run(main())
+
+
+def test_delivery_counters_fold_singles_and_batches_into_the_same_latencies():
+    counters = DeliveryCounters()
+    expected_ms = []
+    for i in range(3000):  # 3000 singles and 3000 three-message batches: folds happen on the way
+        counters.settle(10.0 + i, [9.5 + i])
+        expected_ms.append(500.0)
+        counters.settle(20.0 + i, [19.0 + i, 19.75 + i, 20.0 + i])
+        expected_ms += [1000.0, 250.0, 0.0]
+    assert counters.acked == 12_000
+    latency = counters.latency
+    assert latency.count == 12_000 and latency.max == 1000.0
+    assert latency.total == pytest.approx(sum(expected_ms))
+    assert latency.percentile(50) == pytest.approx(250.0, rel=0.01)
+    counters.fail(2, KafkaError("x"))
+    assert (counters.failed, counters.errors["KafkaError"], counters.latency.count) == (2, 2, 12_000)
