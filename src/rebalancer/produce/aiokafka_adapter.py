@@ -198,6 +198,10 @@ class Batch(MessageBatch):
     accumulator's pending set as it resolves instead of through a done callback (a loop turn each).
     """
 
+    # Our own state in slots (MessageBatch's stays in its __dict__): cheaper to set, per message.
+    __slots__ = ("buffer", "closed", "counters", "created", "futures", "last_size", "loop", "nbytes",
+                 "pending", "sent_at")  # fmt: skip
+
     def __init__(
         self,
         tp: TopicPartition,
@@ -284,12 +288,19 @@ class Batch(MessageBatch):
         self, base_offset: int, timestamp: int | None = None, log_start_offset: int | None = None, **_: object
     ) -> None:
         now = time.monotonic()
-        if not self.future.done():
-            self.future.set_result(base_offset)
+        batch_future = self.future
+        if not batch_future.done():
+            batch_future.set_result(base_offset)
         partition = self._tp.partition
-        for relative, future in enumerate(self.futures):
+        futures = self.futures
+        if len(futures) == 1:  # below one message per partition per window, every batch
+            future = futures[0]
             if not future.done():
-                future.set_result((partition, base_offset + relative))
+                future.set_result((partition, base_offset))
+        else:
+            for relative, future in enumerate(futures):
+                if not future.done():
+                    future.set_result((partition, base_offset + relative))
         self._settle(now)
 
     def done_noack(self) -> None:
