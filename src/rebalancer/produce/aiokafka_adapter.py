@@ -198,10 +198,6 @@ class Batch(MessageBatch):
     accumulator's pending set as it resolves instead of through a done callback (a loop turn each).
     """
 
-    # Our own state in slots (MessageBatch's stays in its __dict__): cheaper to set, per message.
-    __slots__ = ("buffer", "closed", "counters", "created", "futures", "last_size", "loop", "nbytes",
-                 "pending", "sent_at")  # fmt: skip
-
     def __init__(
         self,
         tp: TopicPartition,
