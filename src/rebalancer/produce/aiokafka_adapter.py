@@ -49,6 +49,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import INTEGER_MAX_VALUE, commit_structure_validate, create_task
 
 from rebalancer.produce.collector import BrokerBatchCollector, Send
+from rebalancer.produce.delivery import Delivery
 from rebalancer.produce.errors import ProducerStoppedError
 from rebalancer.produce.stats import DeliveryCounters
 
@@ -107,7 +108,7 @@ FATAL_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 _NO_HEADERS: list = []  # the C record builder wants a list; never mutated
-_NO_FUTURES: tuple = ()  # MessageBatch._msg_futures of every Batch: its futures are in Batch.futures
+_NO_FUTURES: tuple = ()  # MessageBatch._msg_futures of every Batch: its messages are Deliverys
 _Future = asyncio.Future
 
 
@@ -190,12 +191,13 @@ def new_builder(batch_size: int, compression: int, transactional: bool) -> Defau
 
 
 class Batch(MessageBatch):
-    """A partition batch whose message futures resolve to (partition, offset) and feed the counters.
+    """A partition batch: one future for all its messages, whose `Delivery`s read their outcome from it.
 
-    Cheaper than aiokafka's MessageBatch per batch, since below one message per partition per window
-    each message is a batch: one future (not two: the drain waiter only served aiokafka's own
-    `add_message`), the C builder held directly, and, given `pending`, the batch leaves its
-    accumulator's pending set as it resolves instead of through a done callback (a loop turn each).
+    Its future's result is the batch's base offset (None with acks=0), or the batch's error. Cheaper
+    than aiokafka's MessageBatch per batch, since below one message per partition per window each
+    message is a batch: one future (not two plus one per message: the drain waiter only served
+    aiokafka's own `add_message`), the C builder held directly, and, given `pending`, the batch
+    leaves its accumulator's pending set as it resolves instead of through a done callback.
     """
 
     def __init__(
@@ -211,46 +213,46 @@ class Batch(MessageBatch):
         # MessageBatch.__init__'s state, set directly: its create_future() calls cost Python frames.
         self._builder = builder
         self._tp = tp
+        self.partition = tp.partition
         self._ttl = ttl
         self._linger_time = 0.0
         self._ctime = self.created = time.monotonic() if now is None else now
         self.future: asyncio.Future = _Future(loop=loop)
-        self._msg_futures = _NO_FUTURES  # aiokafka's per-message list, unused here (self.futures)
+        self._msg_futures = _NO_FUTURES  # aiokafka's per-message futures: none here (see Delivery)
         self._drain_waiter = None  # see drain_ready: nothing here waits for a drain
         self._retry_count = 0
         self.loop = loop
         self.counters = counters
         self.pending = pending
         self.sent_at: list[float] = []
-        self.futures: list[asyncio.Future] = []
+        self.count = 0
         self.nbytes = 0
         self.last_size = 0
         self.closed = False
         self.buffer: bytearray | None = None
 
-    def add(self, key: bytes | None, value: bytes | None, now: float) -> asyncio.Future | None:
-        """Append one record; None when the batch is full or closed. Returns the record's future."""
+    def add(self, key: bytes | None, value: bytes | None, now: float) -> Delivery | None:
+        """Append one record; None when the batch is full or closed. Returns the record's Delivery."""
         if self.closed:
             return None
-        futures = self.futures
-        metadata = self._builder.append(len(futures), None, key, value, _NO_HEADERS)
+        index = self.count  # record i of the batch has relative offset i
+        metadata = self._builder.append(index, None, key, value, _NO_HEADERS)
         if metadata is None:
             self.closed = True
             return None
-        future: asyncio.Future = _Future(loop=self.loop)  # the C Future: create_future adds a frame
-        futures.append(future)  # record i of the batch has relative offset i
+        self.count = index + 1
         self.sent_at.append(now)
         self.last_size = size = metadata.size
         self.nbytes += size
-        return future
+        return Delivery(self, index)
 
     # -- MessageBatch's interface, on the C builder ------------------------------------------------
     @property
     def record_count(self) -> int:
-        return len(self.futures)
+        return self.count
 
     def is_empty(self) -> bool:
-        return not self.futures
+        return self.count == 0
 
     def close(self) -> None:
         """No more records (a transaction's commit fixes its scope)."""
@@ -283,30 +285,17 @@ class Batch(MessageBatch):
     def done(
         self, base_offset: int, timestamp: int | None = None, log_start_offset: int | None = None, **_: object
     ) -> None:
+        """Acked at `base_offset`: every message resolves with the batch's one future."""
         now = time.monotonic()
-        batch_future = self.future
-        if not batch_future.done():
-            batch_future.set_result(base_offset)
-        partition = self._tp.partition
-        futures = self.futures
-        if len(futures) == 1:  # below one message per partition per window, every batch
-            future = futures[0]
-            if not future.done():
-                future.set_result((partition, base_offset))
-        else:
-            for relative, future in enumerate(futures):
-                if not future.done():
-                    future.set_result((partition, base_offset + relative))
+        if not self.future.done():
+            self.future.set_result(base_offset)
         self._settle(now)
 
     def done_noack(self) -> None:
+        """acks=0: every message resolves to (partition, -1)."""
         now = time.monotonic()
         if not self.future.done():
             self.future.set_result(None)
-        partition = self._tp.partition
-        for future in self.futures:
-            if not future.done():
-                future.set_result((partition, -1))
         self._settle(now)
 
     def _settle(self, now: float) -> None:
@@ -325,10 +314,7 @@ class Batch(MessageBatch):
         self.closed = True
         if not self.future.done():
             self.future.set_exception(exception)
-            self.future.exception()  # retrieved: the per-message futures carry it to the user
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(copy.copy(exception))
+            self.future.exception()  # retrieved: each Delivery raises its own copy to the user
 
 
 # -- the ProduceRequest/ProduceResponse wire codec -------------------------------------------------
@@ -604,7 +590,7 @@ class Accumulator(MessageAccumulator):
 
     def append(
         self, tp: TopicPartition, key: bytes | None, value: bytes | None, leader: int | None
-    ) -> asyncio.Future:
+    ) -> Delivery:
         """Queue one message; never blocks (a full batch starts the next one)."""
         if self.fatal is not None:  # the more telling error first: a fenced producer says so
             raise copy.copy(self.fatal)
@@ -612,30 +598,30 @@ class Accumulator(MessageAccumulator):
             raise ProducerStoppedError("the producer is stopped")
         now = time.monotonic()
         queue = self._batches.get(tp)
-        future = None
+        delivery = None
         if queue:
             batch = queue[-1]
-            future = batch.add(key, value, now)
-        if future is None:
+            delivery = batch.add(key, value, now)
+        if delivery is None:
             batch = Batch(tp, new_builder(self.batch_size, self.compression, self.transactional), self.ttl,
                           self.counters, self.loop, now, self._pending_batches)  # fmt: skip
             if queue is None:
                 queue = self._batches[tp] = deque()
             queue.append(batch)
-            future = batch.add(key, value, now)
-            assert future is not None  # an empty builder always takes one record
+            delivery = batch.add(key, value, now)
+            assert delivery is not None  # an empty builder always takes one record
         gate = self.txn_gate
         if gate is not None and tp not in gate.txn_partitions:
             if tp not in self.awaiting_add:
                 self.awaiting_add[tp] = None
                 gate.maybe_add_partition_to_txn(tp)  # wakes the sender's transactional branch
-            return future
+            return delivery
         if leader is not None and leader >= 0:
             if self.collector.add(leader, tp, batch.last_size):
                 self.wake()
         else:
             self._route(tp, batch.last_size, leader, None)
-        return future
+        return delivery
 
     def _route(self, tp: TopicPartition, nbytes: int, leader: int | None, oldest: float | None) -> None:
         if leader is None or leader < 0:
