@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import io
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -40,10 +38,6 @@ from aiokafka.partitioner import murmur2
 from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import Sender, SendProduceReqHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
-from aiokafka.protocol import produce as produce_protocol
-from aiokafka.protocol.api import RequestStruct, Response
-from aiokafka.protocol.produce import ProduceRequest
-from aiokafka.protocol.types import Array, Bytes, Int16, Int32, Int64, Schema, String
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import INTEGER_MAX_VALUE, commit_structure_validate, create_task
@@ -317,193 +311,12 @@ class Batch(MessageBatch):
             self.future.exception()  # retrieved: each Delivery raises its own copy to the user
 
 
-# -- the ProduceRequest/ProduceResponse wire codec -------------------------------------------------
-# aiokafka encodes and decodes with a Python call per field: with one message per partition that is
-# several calls per message, each way. These do the same bytes with one struct call per partition
-# (request) or per topic (response), for the versions whose schemas have the expected shape; any
-# other version keeps aiokafka's codec. tests/produce/test_produce_codec.py checks both against
-# aiokafka's own, byte for byte and field for field, for every version.
-_INT_CODES: dict[object, str] = {Int16: "h", Int32: "i", Int64: "q"}
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_PARTITION = struct.Struct(">ii")  # partition id, records length
-
-
-def _int_format(fields: tuple[object, ...]) -> struct.Struct | None:
-    """The struct of a run of fixed-size ints (Int16/32/64), or None if a field is anything else."""
-    codes = [_INT_CODES.get(f) if isinstance(f, type) else None for f in fields]
-    if not codes or None in codes:
-        return None
-    return struct.Struct(">" + "".join(c for c in codes if c is not None))
-
-
-def _utf8_string(field: object) -> bool:
-    return isinstance(field, String) and field.encoding.lower().replace("-", "") == "utf8"
-
-
-def _encode_string(value: str | None) -> bytes:
-    if value is None:
-        return _I16.pack(-1)
-    encoded = str(value).encode("utf-8")
-    return _I16.pack(len(encoded)) + encoded
-
-
-def _fast_response_class(base: type[Response]) -> type[Response] | None:
-    """`base` with a one-pass `decode`, if its schema is topics[topic, partitions[ints]] + ints."""
-    schema: Schema = base.SCHEMA
-    if not schema.names or schema.names[0] != "topics" or not isinstance(schema.fields[0], Array):
-        return None
-    topic_schema = schema.fields[0].array_of
-    if not isinstance(topic_schema, Schema) or topic_schema.names != ("topic", "partitions"):
-        return None
-    topic_field, partitions_field = topic_schema.fields
-    if not _utf8_string(topic_field) or not isinstance(partitions_field, Array):
-        return None
-    partition_schema = partitions_field.array_of
-    if not isinstance(partition_schema, Schema):
-        return None
-    partition = _int_format(partition_schema.fields)
-    tail = _int_format(schema.fields[1:]) if len(schema.fields) > 1 else struct.Struct(">")
-    if partition is None or tail is None:
-        return None
-
-    def decode(cls: type, data: io.BytesIO | bytes) -> Any:
-        raw = data if isinstance(data, bytes) else data.read()
-        view = memoryview(raw)
-        try:
-            (count,) = _I32.unpack_from(raw, 0)
-            pos = 4
-            topics: list[tuple[str | None, list[tuple[int, ...]] | None]] | None = None if count == -1 else []
-            for _ in range(max(count, 0)):
-                (length,) = _I16.unpack_from(raw, pos)
-                pos += 2
-                topic = None
-                if length >= 0:
-                    if pos + length > len(raw):
-                        raise ValueError("Buffer underrun decoding string")
-                    topic = bytes(view[pos : pos + length]).decode("utf-8")
-                    pos += length
-                (n,) = _I32.unpack_from(raw, pos)
-                pos += 4
-                partitions = None
-                if n != -1:
-                    end = pos + max(n, 0) * partition.size
-                    if end > len(raw):
-                        raise ValueError("Buffer underrun decoding a produce response")
-                    partitions = list(partition.iter_unpack(view[pos:end]))
-                    pos = end
-                assert topics is not None
-                topics.append((topic, partitions))
-            rest = tail.unpack_from(raw, pos)
-        except struct.error as exc:
-            raise ValueError(f"Buffer underrun decoding a produce response: {exc}") from None
-        return cls(topics, *rest)
-
-    return type(base.__name__, (base,), {"decode": classmethod(decode), "__module__": __name__})
-
-
-def _fast_request_class(base: type[RequestStruct]) -> type[RequestStruct] | None:
-    """`base` with a one-pass `encode` and the fast response type, if both schemas fit."""
-    response = _fast_response_class(base.RESPONSE_TYPE)
-    names = base.SCHEMA.names
-    if response is None or names not in (
-        ("required_acks", "timeout", "topics"),
-        ("transactional_id", "required_acks", "timeout", "topics"),
-    ):
-        return None
-    fields = dict(zip(names, base.SCHEMA.fields, strict=True))
-    if fields["required_acks"] is not Int16 or fields["timeout"] is not Int32:
-        return None
-    if "transactional_id" in fields and not _utf8_string(fields["transactional_id"]):
-        return None
-    topic_schema = fields["topics"].array_of if isinstance(fields["topics"], Array) else None
-    if not isinstance(topic_schema, Schema) or topic_schema.names != ("topic", "partitions"):
-        return None
-    partitions_field = topic_schema.fields[1]
-    partition_schema = partitions_field.array_of if isinstance(partitions_field, Array) else None
-    if (
-        not _utf8_string(topic_schema.fields[0])
-        or not isinstance(partition_schema, Schema)
-        or partition_schema.fields[0] is not Int32
-        or partition_schema.fields[1] is not Bytes
-    ):
-        return None
-    transactional = "transactional_id" in fields
-
-    def encode(self: Any) -> bytes:
-        parts: list[bytes | bytearray] = []
-        if transactional:
-            parts.append(_encode_string(self.transactional_id))
-        parts.append(struct.pack(">hi", self.required_acks, self.timeout))
-        topics = self.topics
-        if topics is None:
-            parts.append(_I32.pack(-1))
-            return b"".join(parts)
-        parts.append(_I32.pack(len(topics)))
-        append = parts.append
-        pack = _PARTITION.pack
-        for topic, partitions in topics:
-            append(_encode_string(topic))
-            if partitions is None:
-                append(_I32.pack(-1))
-                continue
-            append(_I32.pack(len(partitions)))
-            for partition, records in partitions:
-                if records is None:
-                    append(pack(partition, -1))
-                else:
-                    append(pack(partition, len(records)))
-                    append(records)
-        return b"".join(parts)
-
-    return type(base.__name__, (base,), {"encode": encode, "RESPONSE_TYPE": response, "__module__": __name__})
-
-
-def _fast_request_classes() -> dict[type, type]:
-    found: dict[type, type] = {}
-    for version in range(32):
-        base = getattr(produce_protocol, f"ProduceRequest_v{version}", None)
-        if base is None:
-            continue
-        fast = _fast_request_class(base)
-        if fast is not None:
-            found[base] = fast
-    return found
-
-
-FAST_PRODUCE_STRUCTS: dict[type, type] = _fast_request_classes()
-
-
-class FastProduceRequest(ProduceRequest):
-    """aiokafka's ProduceRequest whose negotiated struct encodes (and decodes its response) in one pass."""
-
-    def build(self, request_struct_class: type) -> Any:
-        return super().build(FAST_PRODUCE_STRUCTS.get(request_struct_class, request_struct_class))
-
-
 class ProduceHandler(SendProduceReqHandler):
-    """aiokafka's produce handler (per-partition errors, retry or fail) with the one-pass codec."""
+    """aiokafka's produce handler (request, per-partition errors, retry or fail) with a one-pass ack path."""
 
     def __init__(self, sender: BatchingSender, batches: dict[TopicPartition, MessageBatch]) -> None:
         super().__init__(sender, batches)
         self.plan = batches
-        self.transactional_id = sender.transactional_id
-        self.acks = sender.acks
-        self.timeout_ms = sender.request_timeout_ms
-
-    def create_request(self) -> FastProduceRequest:
-        topics: dict[str, list[tuple[int, bytearray]]] = {}
-        for tp, batch in self.plan.items():
-            entry = topics.get(tp.topic)
-            if entry is None:
-                entry = topics[tp.topic] = []
-            entry.append((tp.partition, batch.get_data_buffer()))
-        return FastProduceRequest(
-            transactional_id=self.transactional_id,
-            required_acks=self.acks,
-            timeout=self.timeout_ms,
-            topics=list(topics.items()),
-        )
 
     def handle_response(self, response: Any) -> None:
         """Acks (error code 0) resolve here; every partition with an error goes to aiokafka's handler.
@@ -834,9 +647,6 @@ class BatchingSender(Sender):
         self.accumulator = accumulator
         self.txn = txn_manager
         self.counters = counters
-        self.acks = acks
-        self.request_timeout_ms = request_timeout_ms
-        self.transactional_id = txn_manager.transactional_id if txn_manager is not None else None
         self.backoff_s = retry_backoff_ms / 1000.0
         self.transactional = txn_manager is not None and txn_manager.transactional_id is not None
 
