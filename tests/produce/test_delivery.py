@@ -164,3 +164,17 @@ def test_wait_and_shield():
         assert done == {b} and isinstance(b.exception(), KafkaTimeoutError)
 
     run(main())
+
+
+def test_wait_for_one_delivery_times_out_then_another_resolves():
+    async def main():
+        loop = asyncio.get_running_loop()
+        batch = FakeBatch(loop)
+        late, waited = Delivery(batch, 0), Delivery(batch, 1)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(late, 0.02)
+        assert late.cancelled()
+        loop.call_later(0.01, batch.future.set_result, 9)
+        assert await asyncio.wait_for(waited, 5) == (4, 10)
+
+    run(main())
