@@ -22,6 +22,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import codec
 from aiokafka.client import AIOKafkaClient
@@ -34,7 +35,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 from aiokafka.partitioner import murmur2
-from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
+from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import Sender, SendProduceReqHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -42,6 +43,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import INTEGER_MAX_VALUE, commit_structure_validate, create_task
 
 from rebalancer.produce.collector import BrokerBatchCollector, Send
+from rebalancer.produce.delivery import Delivery
 from rebalancer.produce.errors import ProducerStoppedError
 from rebalancer.produce.stats import DeliveryCounters
 
@@ -64,14 +66,6 @@ log = logging.getLogger(__name__)
 
 # Every private aiokafka name used below, by owner. The contract tests check each one.
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "aiokafka.producer.message_accumulator.BatchBuilder": (
-        "_builder",
-        "_relative_offset",
-        "_closed",
-        "_buffer",
-        "_key_serializer",
-        "_value_serializer",
-    ),
     "aiokafka.producer.message_accumulator.MessageBatch": (
         "_builder",
         "_drain_waiter",
@@ -87,6 +81,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_pending_batches",
         "_waiter_future",
         "_pop_batch",
+        "_txn_manager",
+        "_exception",
     ),
     "aiokafka.producer.sender.Sender": (
         "_sender_routine",
@@ -106,6 +102,7 @@ FATAL_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 _NO_HEADERS: list = []  # the C record builder wants a list; never mutated
+_NO_FUTURES: tuple = ()  # MessageBatch._msg_futures of every Batch: its messages are Deliverys
 _Future = asyncio.Future
 
 
@@ -177,113 +174,183 @@ class Transactions:
         await asyncio.shield(self.manager.wait_for_transaction_end())
 
 
-def new_builder(batch_size: int, compression: int, transactional: bool) -> BatchBuilder:
-    """aiokafka's BatchBuilder, its state set directly around the C record builder.
+def new_builder(batch_size: int, compression: int, transactional: bool) -> DefaultRecordBatchBuilder:
+    """aiokafka's C record batch builder, without its Python BatchBuilder wrapper.
 
-    Below one message per partition per window every message gets its own batch, and
-    BatchBuilder.__init__'s keyword handling costs about as much as the C builder itself.
+    Below one message per partition per window every message gets its own batch: the wrapper's
+    object, its six attributes and its extra Python frame per append cost about as much as the C
+    builder itself, and `Batch` keeps the little state it held (offset, closed, buffer).
     """
-    builder = BatchBuilder.__new__(BatchBuilder)
-    builder._builder = DefaultRecordBatchBuilder(2, compression, int(transactional), -1, -1, 0, batch_size)
-    builder._relative_offset = 0
-    builder._buffer = None
-    builder._closed = False
-    builder._key_serializer = None
-    builder._value_serializer = None
-    return builder
+    return DefaultRecordBatchBuilder(2, compression, int(transactional), -1, -1, 0, batch_size)
 
 
 class Batch(MessageBatch):
-    """A partition batch whose message futures resolve to (partition, offset) and feed the counters."""
+    """A partition batch: one future for all its messages, whose `Delivery`s read their outcome from it.
+
+    Its future's result is the batch's base offset (None with acks=0), or the batch's error. Cheaper
+    than aiokafka's MessageBatch per batch, since below one message per partition per window each
+    message is a batch: one future (not two plus one per message: the drain waiter only served
+    aiokafka's own `add_message`), the C builder held directly, and, given `pending`, the batch
+    leaves its accumulator's pending set as it resolves instead of through a done callback.
+    """
 
     def __init__(
         self,
         tp: TopicPartition,
-        builder: BatchBuilder,
+        builder: DefaultRecordBatchBuilder,
         ttl: float,
         counters: DeliveryCounters,
         loop: asyncio.AbstractEventLoop,
+        now: float | None = None,
+        pending: set[MessageBatch] | None = None,
     ) -> None:
-        # MessageBatch.__init__'s state, with C futures made directly: its two create_future() calls
-        # cost two Python frames each, once per message below one message per partition per window.
+        # MessageBatch.__init__'s state, set directly: its create_future() calls cost Python frames.
         self._builder = builder
         self._tp = tp
+        self.partition = tp.partition
         self._ttl = ttl
         self._linger_time = 0.0
-        self._ctime = self.created = time.monotonic()
+        self._ctime = self.created = time.monotonic() if now is None else now
         self.future: asyncio.Future = _Future(loop=loop)
-        self._msg_futures: list = []  # aiokafka's per-message list, unused here (self.futures)
-        self._drain_waiter: asyncio.Future = _Future(loop=loop)
+        self._msg_futures = _NO_FUTURES  # aiokafka's per-message futures: none here (see Delivery)
+        self._drain_waiter = None  # see drain_ready: nothing here waits for a drain
         self._retry_count = 0
+        self.loop = loop
         self.counters = counters
+        self.pending = pending
         self.sent_at: list[float] = []
-        self.futures: list[asyncio.Future] = []
+        self.count = 0
         self.nbytes = 0
         self.last_size = 0
+        self.closed = False
+        self.buffer: bytearray | None = None
 
-    def add(
-        self, key: bytes | None, value: bytes | None, now: float, loop: asyncio.AbstractEventLoop
-    ) -> asyncio.Future | None:
-        """Append one record; None when the batch is full. Returns the record's future."""
-        # Straight to the C record builder: BatchBuilder.append's serializer hooks are unused here
-        # and its extra Python frame is a measurable share of the send path.
-        builder = self._builder
-        if builder._closed:
+    def add(self, key: bytes | None, value: bytes | None, now: float) -> Delivery | None:
+        """Append one record; None when the batch is full or closed. Returns the record's Delivery."""
+        if self.closed:
             return None
-        metadata = builder._builder.append(builder._relative_offset, None, key, value, _NO_HEADERS)
+        index = self.count  # record i of the batch has relative offset i
+        metadata = self._builder.append(index, None, key, value, _NO_HEADERS)
         if metadata is None:
-            builder.close()
+            self.closed = True
             return None
-        builder._relative_offset += 1
-        future: asyncio.Future = _Future(
-            loop=loop
-        )  # the C Future directly: loop.create_future adds a Python frame
-        self.futures.append(future)  # record i of the batch has relative offset i
+        self.count = index + 1
         self.sent_at.append(now)
         self.last_size = size = metadata.size
         self.nbytes += size
-        return future
+        return Delivery(self, index)
 
+    # -- MessageBatch's interface, on the C builder ------------------------------------------------
+    @property
+    def record_count(self) -> int:
+        return self.count
+
+    def is_empty(self) -> bool:
+        return self.count == 0
+
+    def close(self) -> None:
+        """No more records (a transaction's commit fixes its scope)."""
+        self.closed = True
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        assert self.buffer is None, "the producer state goes in before the batch is built"
+        self._builder.set_producer_state(producer_id, producer_epoch, base_sequence)
+
+    def get_data_buffer(self) -> bytearray:
+        buffer = self.buffer
+        if buffer is None:  # built once; a retry resends the same bytes
+            self.closed = True
+            buffer = self.buffer = self._builder.build()
+        return buffer
+
+    def drain_ready(self) -> None:
+        self._retry_count += 1
+
+    def reset_drain(self) -> None:
+        """Nothing to reset: no drain waiter (a retry goes back to the queue as is)."""
+
+    async def wait_drain(self, timeout: float | None = None) -> None:
+        raise NotImplementedError("Batch has no drain waiter: the collector decides when it goes")
+
+    def remaining_linger(self) -> float | None:
+        return None  # the collector's linger, not the batch's
+
+    # -- resolution --------------------------------------------------------------------------------
     def done(
         self, base_offset: int, timestamp: int | None = None, log_start_offset: int | None = None, **_: object
     ) -> None:
+        """Acked at `base_offset`: every message resolves with the batch's one future."""
         now = time.monotonic()
         if not self.future.done():
             self.future.set_result(base_offset)
-        partition = self.tp.partition
-        for relative, future in enumerate(self.futures):
-            if not future.done():
-                future.set_result((partition, base_offset + relative))
         self._settle(now)
 
     def done_noack(self) -> None:
+        """acks=0: every message resolves to (partition, -1)."""
         now = time.monotonic()
         if not self.future.done():
             self.future.set_result(None)
-        partition = self.tp.partition
-        for future in self.futures:
-            if not future.done():
-                future.set_result((partition, -1))
         self._settle(now)
 
     def _settle(self, now: float) -> None:
         if self.sent_at:
             self.counters.settle(now, self.sent_at)
             self.sent_at = []
+        if self.pending is not None:
+            self.pending.discard(self)
 
     def failure(self, exception: BaseException) -> None:
         if self.sent_at:  # counted once: a batch failed twice (stop after a fatal error) counts once
             self.counters.fail(len(self.sent_at), exception)
             self.sent_at = []
+        if self.pending is not None:
+            self.pending.discard(self)
+        self.closed = True
         if not self.future.done():
             self.future.set_exception(exception)
-            self.future.exception()  # retrieved: the per-message futures carry it to the user
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(copy.copy(exception))
-        if not self._drain_waiter.done():
-            self._drain_waiter.set_exception(exception)
-            self._drain_waiter.exception()
+            self.future.exception()  # retrieved: each Delivery raises its own copy to the user
+
+
+class ProduceHandler(SendProduceReqHandler):
+    """aiokafka's produce handler (request, per-partition errors, retry or fail) with a one-pass ack path."""
+
+    def __init__(self, sender: BatchingSender, batches: dict[TopicPartition, MessageBatch]) -> None:
+        super().__init__(sender, batches)
+        self.plan = batches
+
+    def handle_response(self, response: Any) -> None:
+        """Acks (error code 0) resolve here; every partition with an error goes to aiokafka's handler.
+
+        aiokafka makes a TopicPartition and looks up the error class per partition, acks
+        included; here an ack is one tuple index and a dict lookup (a TopicPartition is a named
+        tuple, so `(topic, partition)` finds it). Retry-or-fail stays aiokafka's decision.
+        """
+        plan: dict[Any, MessageBatch] = self.plan
+        errors: list[tuple[str, list[tuple[Any, ...]]]] = []
+        for topic, partitions in response.topics:
+            failed: list[tuple[Any, ...]] | None = None
+            for info in partitions:  # (partition, error_code, offset, ...) in every version
+                if info[1] == 0:
+                    batch = plan.get((topic, info[0]))
+                    if batch is not None:
+                        batch.done(info[2])
+                    continue
+                if failed is None:
+                    failed = []
+                    errors.append((topic, failed))
+                failed.append(info)
+        if errors:
+            super().handle_response(_ErrorsOnly(errors, response.API_VERSION))
+
+
+class _ErrorsOnly:
+    """The part of a ProduceResponse aiokafka's handler still has to read: partitions with errors."""
+
+    __slots__ = ("API_VERSION", "topics")
+
+    def __init__(self, topics: list[tuple[str, list[tuple[Any, ...]]]], api_version: int) -> None:
+        self.topics = topics
+        self.API_VERSION = api_version
 
 
 class Accumulator(MessageAccumulator):
@@ -336,7 +403,7 @@ class Accumulator(MessageAccumulator):
 
     def append(
         self, tp: TopicPartition, key: bytes | None, value: bytes | None, leader: int | None
-    ) -> asyncio.Future:
+    ) -> Delivery:
         """Queue one message; never blocks (a full batch starts the next one)."""
         if self.fatal is not None:  # the more telling error first: a fenced producer says so
             raise copy.copy(self.fatal)
@@ -344,30 +411,30 @@ class Accumulator(MessageAccumulator):
             raise ProducerStoppedError("the producer is stopped")
         now = time.monotonic()
         queue = self._batches.get(tp)
-        future = None
+        delivery = None
         if queue:
             batch = queue[-1]
-            future = batch.add(key, value, now, self.loop)
-        if future is None:
+            delivery = batch.add(key, value, now)
+        if delivery is None:
             batch = Batch(tp, new_builder(self.batch_size, self.compression, self.transactional), self.ttl,
-                          self.counters, self.loop)  # fmt: skip
+                          self.counters, self.loop, now, self._pending_batches)  # fmt: skip
             if queue is None:
                 queue = self._batches[tp] = deque()
             queue.append(batch)
-            future = batch.add(key, value, now, self.loop)
-            assert future is not None  # an empty builder always takes one record
+            delivery = batch.add(key, value, now)
+            assert delivery is not None  # an empty builder always takes one record
         gate = self.txn_gate
         if gate is not None and tp not in gate.txn_partitions:
             if tp not in self.awaiting_add:
                 self.awaiting_add[tp] = None
                 gate.maybe_add_partition_to_txn(tp)  # wakes the sender's transactional branch
-            return future
+            return delivery
         if leader is not None and leader >= 0:
             if self.collector.add(leader, tp, batch.last_size):
                 self.wake()
         else:
             self._route(tp, batch.last_size, leader, None)
-        return future
+        return delivery
 
     def _route(self, tp: TopicPartition, nbytes: int, leader: int | None, oldest: float | None) -> None:
         if leader is None or leader < 0:
@@ -392,6 +459,26 @@ class Accumulator(MessageAccumulator):
         for tp in [tp for tp in self.awaiting_add if tp in added]:
             del self.awaiting_add[tp]
             self._route_queue(tp)
+
+    def _pop_batch(self, tp: TopicPartition) -> MessageBatch:
+        """aiokafka's `_pop_batch` (sequence, retry count, pending set) without its per-batch closure.
+
+        aiokafka leaves the pending set through a done callback, a loop turn per batch; a `Batch`
+        leaves it as it resolves.
+        """
+        queue = self._batches[tp]
+        batch = queue.popleft()
+        txn = self._txn_manager
+        if txn is not None and batch.retry_count == 0:
+            assert txn.has_pid(), "the sender waits for the producer id before it drains"
+            count = batch.record_count
+            batch.set_producer_state(txn.producer_id, txn.producer_epoch, txn.sequence_number(tp))
+            txn.increment_sequence_number(tp, count)
+        batch.drain_ready()
+        if not queue:
+            del self._batches[tp]
+        self._pending_batches.add(batch)
+        return batch
 
     def reenqueue(self, batch: MessageBatch) -> None:
         """A retriable failure: the batch goes back to the front and its partition back to the collector."""
@@ -489,7 +576,20 @@ class Accumulator(MessageAccumulator):
     def fail_all(self, exception: BaseException) -> None:
         """A fatal error: every unresolved message fails with it and later appends raise it."""
         self.fatal = exception
-        super().fail_all(exception)
+        self._exception = exception
+        self.fail_unresolved(exception)  # over a copy: a failing batch leaves the pending set
+
+    async def flush_for_commit(self) -> None:
+        """aiokafka's commit-time flush: close what is queued (the transaction's scope), wait for it all."""
+        waiters = []
+        for queue in self._batches.values():
+            for batch in queue:
+                batch.close()
+                waiters.append(batch.future)
+        self.wake()
+        waiters += [batch.future for batch in self._pending_batches]
+        if waiters:
+            await asyncio.wait(waiters)
 
     def fail_unresolved(self, exception: BaseException) -> None:
         """Every unresolved message fails with `exception`, exactly once (stop() gave up, or the sender died)."""
@@ -615,7 +715,7 @@ class BatchingSender(Sender):
         counters = self.counters
         counters.requests += 1
         counters.request_msgs += sum([len(b.sent_at) for b in batches.values()])
-        handler = SendProduceReqHandler(self, batches)
+        handler = ProduceHandler(self, batches)
         started = time.monotonic()
         fatal: BaseException | None = None
         try:

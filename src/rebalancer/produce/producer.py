@@ -33,6 +33,7 @@ from rebalancer.produce.aiokafka_adapter import (
 )
 from rebalancer.produce.collector import BrokerBatchCollector
 from rebalancer.produce.config import PRODUCER_DEFAULTS, CollectorConfig, ProducerConfig, producer_keys
+from rebalancer.produce.delivery import Delivery
 from rebalancer.produce.errors import ProducerStoppedError, TransactionAbortedError
 from rebalancer.produce.partitioner import Partitioner
 from rebalancer.produce.stats import DeliveryCounters
@@ -383,8 +384,8 @@ class BatchingProducer:
 
     async def send(
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
-    ) -> asyncio.Future:
-        """Queue one message; returns a future of (partition, offset), or of the delivery error."""
+    ) -> Delivery:
+        """Queue one message; returns its `Delivery`, a future of (partition, offset) or of its error."""
         if self._state != "started":
             if self._state == "new":
                 raise RuntimeError("send() before start()")
@@ -430,13 +431,13 @@ class BatchingProducer:
             await self._wait_for_room()
         accumulator = self._accumulator
         assert accumulator is not None
-        future = accumulator.append(route.tps[partition], key, value, route.leaders[partition])
+        delivery = accumulator.append(route.tps[partition], key, value, route.leaders[partition])
         self._produced += 1
         if self._produced & _YIELD_MASK == 0:
             # send() never blocks, so a caller looping on it would starve the sender and the linger
             # timers; give the loop one turn every 1024 messages.
             await asyncio.sleep(0)
-        return future
+        return delivery
 
     async def _wait_for_room(self) -> None:
         """Backpressure: queue.buffering.max.messages are unresolved; wait until one resolves."""

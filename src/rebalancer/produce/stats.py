@@ -10,6 +10,8 @@ import numpy as np
 
 __all__ = ["DeliveryCounters", "LogHistogram"]
 
+_FOLD_AT = 4096  # unfolded latencies before one numpy pass
+
 
 class LogHistogram:
     """Counts of non-negative values in geometric buckets, so memory stays fixed however long we run.
@@ -81,17 +83,26 @@ class DeliveryCounters:
         self.failed = 0
         self.errors: Counter[str] = Counter()
         self._latency = LogHistogram()
-        # (ack time, send times) per batch, folded into the histogram in bulk: one numpy call per
-        # few hundred batches instead of one per batch keeps the ack path cheap.
+        # Acked messages not yet in the histogram, folded in bulk: one numpy pass per few thousand
+        # messages. A one-message batch (every batch, below one message per partition per window)
+        # keeps just its latency in seconds; larger ones keep (ack time, send times).
+        self._singles: list[float] = []
         self._settled: list[tuple[float, list[float]]] = []
+        self._unfolded = 0
         self.requests = 0
         self.request_msgs = 0
         self.retries = 0  # batches re-queued after a retriable error
 
     def settle(self, now: float, sent_at: list[float]) -> None:
-        self.acked += len(sent_at)
-        self._settled.append((now, sent_at))
-        if len(self._settled) >= 512:
+        """The messages sent at `sent_at` were acked at `now` (both time.monotonic())."""
+        n = len(sent_at)
+        self.acked += n
+        if n == 1:
+            self._singles.append(now - sent_at[0])
+        else:
+            self._settled.append((now, sent_at))
+        self._unfolded += n
+        if self._unfolded >= _FOLD_AT:
             self._fold()
 
     def fail(self, count: int, error: BaseException) -> None:
@@ -99,15 +110,16 @@ class DeliveryCounters:
         self.errors[type(error).__name__] += count
 
     def _fold(self) -> None:
-        if not self._settled:
+        if not self._unfolded:
             return
-        lengths = [len(sent) for _, sent in self._settled]
-        acked_at = np.repeat(np.fromiter((now for now, _ in self._settled), dtype=np.float64), lengths)
-        sent_at = np.fromiter(
-            itertools.chain.from_iterable(sent for _, sent in self._settled), dtype=np.float64
-        )
-        self._settled.clear()
-        self._latency.add_many((acked_at - sent_at) * 1000.0)
+        parts = [np.array(self._singles, dtype=np.float64)]
+        if self._settled:
+            lengths = [len(sent) for _, sent in self._settled]
+            acked_at = np.repeat(np.fromiter((now for now, _ in self._settled), dtype=np.float64), lengths)
+            sent_at = np.fromiter(itertools.chain.from_iterable(sent for _, sent in self._settled), dtype=np.float64)
+            parts.append(acked_at - sent_at)
+        self._singles, self._settled, self._unfolded = [], [], 0
+        self._latency.add_many(np.concatenate(parts) * 1000.0)
 
     @property
     def latency(self) -> LogHistogram:
