@@ -96,8 +96,8 @@ def test_on_too_few_cores_the_summary_and_report_say_why_no_time_was_saved():
     summary = _summary(compare_hash=_walls(2, 0.2743))
     note = (
         "On 2 cores no task under Spark's hash holds more than a core's share of the rows (the largest "
-        "holds 27%), so the cores stay busy either way and evening the tasks cannot shorten the wall; "
-        "placement saves time where a task holds more than that (from 4 cores up, for this input)."
+        "holds 27%), so the cores stay busy either way and placement has little wall to save; it saves "
+        "time where a task holds more than that (from 4 cores up, for this input)."
     )
     assert report.wall_note(summary) == note
     assert note in _printed(summary)

@@ -62,8 +62,8 @@ def wall_note(summary: dict[str, Any]) -> str | None:
     where = f" (from {needed} cores up, for this input)" if needed else ""
     return (
         f"On {cores} cores no task under Spark's hash holds more than a core's share of the rows (the "
-        f"largest holds {share:.0%}), so the cores stay busy either way and evening the tasks cannot "
-        f"shorten the wall; placement saves time where a task holds more than that{where}."
+        f"largest holds {share:.0%}), so the cores stay busy either way and placement has little wall "
+        f"to save; it saves time where a task holds more than that{where}."
     )
 
 
