@@ -209,12 +209,7 @@ class BatchProcessor:
             add_routing(data, routing, sections or {})
         # The slot plan's window counts only the types the built-in aggregation runs.
         window_counts = routing.builtin_counts if routing is not None else counts
-        totals = data.totals
-        totals.ingested += counts.ingested
-        totals.accepted += counts.accepted
-        totals.quarantined += counts.quarantined
-        for reason, count in counts.reasons.items():
-            totals.reasons[reason] = totals.reasons.get(reason, 0) + count
+        data.totals.add(counts)
         for type_name, count in counts.type_counts.items():
             data.type_totals[type_name] = data.type_totals.get(type_name, 0) + count
         for type_name, count in window_counts.type_counts.items():

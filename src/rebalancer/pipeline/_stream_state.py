@@ -6,7 +6,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline.contract import SKEW_DIGITS
@@ -17,6 +17,9 @@ from rebalancer.pipeline.slots import (
     SlotPlan,
     items_from_json,
 )
+
+if TYPE_CHECKING:
+    from rebalancer.pipeline.core import InputCounts
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,14 @@ class StreamTotals:
     accepted: int = 0
     quarantined: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, counts: InputCounts) -> None:
+        """Adds one batch's counts (its first pass's) to the totals."""
+        self.ingested += counts.ingested
+        self.accepted += counts.accepted
+        self.quarantined += counts.quarantined
+        for reason, count in counts.reasons.items():
+            self.reasons[reason] = self.reasons.get(reason, 0) + count
 
     def to_json(self) -> dict[str, Any]:
         return {
