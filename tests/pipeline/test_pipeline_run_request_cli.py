@@ -111,35 +111,45 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+RUN = ["pipeline", "run", "--out", "out"]
+
+
 @pytest.mark.parametrize(
-    ("flags", "blocked", "needs"),
+    ("argv", "blocked", "needs"),
     [
-        (["--input", "kafka://127.0.0.1:1/topic"], "confluent_kafka",
+        ([*RUN, "--input", "kafka://127.0.0.1:1/topic"], "confluent_kafka",
          "a kafka:// input needs confluent_kafka, from the 'kafka' extra: pip install 'partition-rebalancer[kafka]'"),
-        (["--input", "kafka://127.0.0.1:1/topic", "--stream"], "confluent_kafka,aiokafka",
+        ([*RUN, "--input", "kafka://127.0.0.1:1/topic", "--stream"], "confluent_kafka,aiokafka",
          "a kafka:// input needs confluent_kafka, from the 'kafka' extra: pip install 'partition-rebalancer[kafka]'"),
-        (["--input", "kafka://embedded/telemetry"], "confluent_kafka,aiokafka",
+        ([*RUN, "--input", "kafka://embedded/telemetry"], "confluent_kafka,aiokafka",
          "kafka://embedded/ (a Kafka cluster in this process) needs aiokafka, confluent_kafka, from the 'kafka' "
          "extra: pip install 'partition-rebalancer[kafka]'"),
-        (["--input", "kafka://embedded/telemetry"], "aiokafka",
+        ([*RUN, "--input", "kafka://embedded/telemetry"], "aiokafka",
          "kafka://embedded/ (a Kafka cluster in this process) needs aiokafka, from the 'kafka' extra: "
          "pip install 'partition-rebalancer[kafka]'"),
         # Without --input the run would generate its sample first: that too waits for the check.
-        (["--sink", "postgresql://u:Secret@127.0.0.1:1/db"], "psycopg",
+        ([*RUN, "--sink", "postgresql://u:Secret@127.0.0.1:1/db"], "psycopg",
          "--sink (the PostgreSQL sink) needs psycopg, from the 'postgres' extra: "
          "pip install 'partition-rebalancer[postgres]'"),
-        (["--input", "data", "--remote", "sc://127.0.0.1:1"], "grpc",
+        ([*RUN, "--input", "data", "--remote", "sc://127.0.0.1:1"], "grpc",
          "Spark Connect (sc://) needs grpc, from the 'spark' extra: pip install 'partition-rebalancer[spark]'"),
+        # The same mistake in the pipeline's other commands: a traceback (produce), or one after
+        # initdb had made the server's directory (postgres).
+        (["pipeline", "produce", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--events", "10"], "aiokafka",
+         "rebalancer pipeline produce needs aiokafka, from the 'kafka' extra: pip install 'partition-rebalancer[kafka]'"),
+        (["pipeline", "postgres", "start", "--dir", "pg"], "psycopg",
+         "rebalancer pipeline postgres needs psycopg, from the 'postgres' extra: "
+         "pip install 'partition-rebalancer[postgres]'"),
     ],
 )
-def test_a_missing_extra_is_one_line_naming_it_before_spark_starts(
-    tmp_path: Path, flags: list[str], blocked: str, needs: str
+def test_a_missing_extra_is_one_line_naming_it_before_any_work(
+    tmp_path: Path, argv: list[str], blocked: str, needs: str
 ) -> None:
-    """Issue 42, item 9: it was a 20-line traceback (a topic), or came after Spark had started and
-    left out/spark.log behind (kafka://embedded/)."""
+    """Issue 42, item 9: a run without the 'kafka' extra was a 20-line traceback (a topic), or a
+    line once Spark had started, leaving out/spark.log behind (kafka://embedded/)."""
     done = subprocess.run(
-        [sys.executable, "-c", BLOCKING, blocked, "pipeline", "run", "--out", "out", *flags],
+        [sys.executable, "-c", BLOCKING, blocked, *argv],
         capture_output=True, text=True, cwd=tmp_path, timeout=DEADLINE_S,
     )
     assert _one_line(done) == f"rebalancer: error: {needs}"
-    assert list(tmp_path.iterdir()) == []  # no out/spark.log (no JVM), no generated sample
+    assert list(tmp_path.iterdir()) == []  # no out/spark.log (no JVM), no generated sample, no server
