@@ -23,6 +23,7 @@ from rebalancer.pipeline.ingest import inspect_input
 from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
 from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.runner import RunRequest, RunSummary
+from rebalancer.pipeline.stream import StreamConfig
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))
 
@@ -319,6 +320,43 @@ def test_the_summary_reads_summary_json_and_says_how_it_came_by_its_plan() -> No
     assert summary.plan_line() == "plan: reused from old/plan.json (5 items kept, 2 moved)"
     assert summary.to_json() == data
     assert RunSummary.from_json({**data, "plan_reused": None}).plan_line() == "plan: made afresh"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"events": 1.5}, "events must be an int >= 0, got 1.5"),
+        ({"events": math.nan}, "events must be an int >= 0, got nan"),
+        ({"types": 2.5}, "types must be an int >= 1, got 2.5"),
+        ({"entities": math.inf}, "entities must be an int >= 1, got inf"),
+        ({"files": True}, "files must be an int >= 1, got True"),
+        ({"minutes": 1.5}, "minutes must be an int >= 1, got 1.5"),
+        ({"seed": -1}, "seed must be an int >= 0, got -1"),
+    ],
+)
+def test_generate_config_refuses_counts_that_are_no_ints(tmp_path: Path, fields: dict, message: str) -> None:
+    """The same mistake as RunRequest's (issue 42, item 18): they failed inside numpy, naming no field."""
+    with pytest.raises(ValueError) as caught:
+        generate(GenerateConfig(**fields), tmp_path / "data")
+    assert str(caught.value) == message
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rebalance_every": math.nan}, "rebalance_every must be an int >= 1, got nan"),  # never re-planned
+        ({"rebalance_every": 1.5}, "rebalance_every must be an int >= 1, got 1.5"),
+        ({"max_batches": 1.5}, "max_batches must be an int >= 1, got 1.5"),
+        ({"files_per_batch": True}, "files_per_batch must be an int >= 1, got True"),
+        ({"max_moves": 2.0}, "max_moves must be an int >= 0, got 2.0"),
+        ({"partitions": 2.5}, "partitions must be an int >= 1, got 2.5"),
+    ],
+)
+def test_stream_config_refuses_counts_that_are_no_ints(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        StreamConfig(**{"partitions": 2, **fields}).validate()
+    assert str(caught.value) == message
 
 
 def test_generate_refuses_a_non_empty_directory_and_overwrite_leaves_no_older_files(tmp_path: Path) -> None:
