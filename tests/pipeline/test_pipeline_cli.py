@@ -57,11 +57,14 @@ def test_unknown_format_and_bad_flags_exit_2(tmp_path, capsys):
     _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data)], "cannot tell the input format")
     _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--partitions", "0"], "partitions must be an int >= 1, got 0")
     _fails_cleanly(capsys, ["pipeline", "generate", "--out", str(tmp_path / "g"), "--events", "-1"],
-                   "events must be >= 0, got -1")
-    with pytest.raises(SystemExit) as exited:  # argparse's own check: exits 2 itself
-        main(["pipeline", "run", "--partitioning", "round-robin"])
+                   "events must be an int >= 0, got -1")
+    # RunRequest's check, in the library's words (test_pipeline_run_request_cli.py), not argparse's
+    _fails_cleanly(capsys, ["pipeline", "run", "--partitioning", "round-robin"],
+                   "rebalancer: error: partitioning must be one of weighted, hash, got 'round-robin'")
+    with pytest.raises(SystemExit) as exited:  # argparse's own check of what is no flag: exits 2 itself
+        main(["pipeline", "run", "--partitionning", "hash"])
     assert exited.value.code == 2
-    assert "invalid choice: 'round-robin'" in capsys.readouterr().err
+    assert "unrecognized arguments: --partitionning hash" in capsys.readouterr().err
 
 
 @pytest.mark.spark

@@ -7,16 +7,23 @@ fewer files leaving the older ones to be read too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from rebalancer._extras import MissingExtraError
+from rebalancer.pipeline.framework import Pipeline
 from rebalancer.pipeline.generate import GenerateConfig, generate
+from rebalancer.pipeline.ingest import inspect_input
+from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
 from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.runner import RunRequest, RunSummary
+from rebalancer.pipeline.stream import StreamConfig
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))
 
@@ -45,23 +52,156 @@ def _stream_run(out: Path) -> Path:
         ({"partitions": 0}, "partitions must be an int >= 1, got 0"),
         ({"partitions": True}, "partitions must be an int >= 1, got True"),
         ({"mode": "replace"}, "mode must be one of error, overwrite, append, got 'replace'"),
-        ({"partitioning": "range"}, "partitioning must be one of"),
+        ({"partitioning": "range"}, "partitioning must be one of weighted, hash, got 'range'"),
         ({"cost": "bytes"}, "cost must be one of rows, seconds, got 'bytes'"),
-        ({"rebalance_every": 0, "stream": True}, "rebalance-every must be >= 1, got 0"),
-        ({"max_moves": -1}, "max-moves must be >= 0, got -1"),
-        ({"files_per_batch": 0}, "files-per-batch must be >= 1, got 0"),
-        ({"group_cost": -2}, "group-cost must be >= 0, got -2"),
+        ({"rebalance_every": 0, "stream": True}, "rebalance-every must be an int >= 1, got 0"),
+        ({"max_moves": -1}, "max-moves must be an int >= 0, got -1"),
+        ({"files_per_batch": 0}, "files-per-batch must be an int >= 1, got 0"),
+        ({"group_cost": -2}, "group-cost must be an int >= 0, got -2"),
         ({"format": "xml"}, "format must be one of parquet, csv, jsonl, got 'xml'"),
-        ({"plan_from": "p.json", "stream": True}, "plan-from: a stream re-plans from its checkpoint"),
-        ({"checkpoint": "ck"}, "checkpoint: is for a stream (--stream), got ck"),
-        ({"max_batches": 2}, "max-batches: is for a stream (--stream), got 2"),
-        ({"kafka_timeout": 5.0}, "kafka-timeout: is for a kafka:// input"),
+        # issue 42, item 18: what RunRequest used to take, to fail later inside run() in other words
+        ({"kafka_timeout": math.nan, "input": "kafka://h:9092/t"}, "kafka-timeout must be a finite number > 0, got nan"),
+        ({"kafka_timeout": math.inf, "input": "kafka://h:9092/t"}, "kafka-timeout must be a finite number > 0, got inf"),
+        ({"kafka_timeout": "5", "input": "kafka://h:9092/t"}, "kafka-timeout must be a finite number > 0, got '5'"),
+        ({"kafka_timeout": True, "input": "kafka://h:9092/t"}, "kafka-timeout must be a finite number > 0, got True"),
+        ({"group_cost": math.nan}, "group-cost must be an int >= 0, got nan"),
+        ({"group_cost": 1.5}, "group-cost must be an int >= 0, got 1.5"),
+        ({"group_cost": math.inf}, "group-cost must be an int >= 0, got inf"),
+        ({"group_cost": 2.0}, "group-cost must be an int >= 0, got 2.0"),
+        ({"input": 123}, "input must be a path or a URI (str or Path), or an inspected input, got 123 (int)"),
+        ({"input": None}, "input must be a path or a URI (str or Path), or an inspected input, got None (NoneType)"),
+        ({"input": ""}, "input must be a path or a URI (str or Path), or an inspected input, got ''"),
+        ({"output": None}, "output must be a path or a URI (str or Path), got None (NoneType)"),
+        ({"checkpoint": 7, "stream": True}, "checkpoint must be a path or a URI (str or Path), got 7 (int)"),
+        ({"sink": "postgresql://u:Secret@h/db"}, "sink must be a PostgresSink (opened from a URL), got <str, hidden>"),
+        ({"handlers": "handlers.py"}, "handlers must be a Pipeline (rebalancer.pipeline.Pipeline), got 'handlers.py'"),
+        ({"columns": {"time": "ts"}}, "columns: unknown column 'time' (the columns are ts, type, entity, value)"),
+        ({"columns": {"ts": ""}}, "columns: the source name for 'ts' is empty"),
+        ({"columns": {"ts": 3}}, "columns must map column names to the input's names (str to str), got {'ts': 3} (dict)"),
+        ({"columns": "ts=t"}, "columns must map column names to the input's names (str to str), got 'ts=t'"),
+        ({"rebalance_every": 1.5, "stream": True}, "rebalance-every must be an int >= 1, got 1.5"),
+        ({"max_batches": True, "stream": True}, "max-batches must be an int >= 1, got True"),
+        ({"max_moves": 2.0, "stream": True}, "max-moves must be an int >= 0, got 2.0"),
+        ({"files_per_batch": False, "stream": True}, "files-per-batch must be an int >= 1, got False"),
+        ({"stream": 1}, "stream must be True or False, got 1"),
+        ({"available_now": "yes", "stream": True}, "available-now must be True or False, got 'yes'"),
+        ({"report": None}, "report must be True or False, got None"),
+        ({"compare_hash": 0}, "compare-hash must be True or False, got 0"),
     ],
 )
 def test_a_bad_request_is_refused_naming_the_field(fields: dict, message: str) -> None:
     with pytest.raises(ValueError) as caught:
-        RunRequest(input="data", **fields)
-    assert str(caught.value).startswith(message)
+        RunRequest(**{"input": "data", **fields})
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # issue 42, item 19: every stream-only setting refused alike in a batch run
+        ({"max_moves": 3}, "max-moves: is for a stream (--stream), got 3"),
+        ({"files_per_batch": 2}, "files-per-batch: is for a stream (--stream), got 2"),
+        ({"available_now": True}, "available-now: is for a stream (--stream), got True"),
+        ({"checkpoint": "ck"}, "checkpoint: is for a stream (--stream), got ck"),
+        ({"max_batches": 2}, "max-batches: is for a stream (--stream), got 2"),
+        ({"rebalance_every": 2}, "rebalance-every: is for a stream (--stream), got 2"),
+        ({"checkpoint": "s3a://AKID:Secret@bucket/ck"}, "checkpoint: is for a stream (--stream), got s3a://AKID:***@bucket/ck"),
+        # issue 42, item 17: hash placement ignores a plan, and every other weighted-only setting
+        ({"partitioning": "hash", "plan_from": "p.json"},
+         "plan-from: is for --partitioning weighted (hash placement ignores it), got p.json"),
+        ({"partitioning": "hash", "group_cost": 3},
+         "group-cost: is for --partitioning weighted (hash placement ignores it), got 3"),
+        ({"partitioning": "hash", "stream": True, "max_moves": 2},
+         "max-moves: is for --partitioning weighted (hash placement ignores it), got 2"),
+        ({"partitioning": "hash", "stream": True, "rebalance_every": 2},
+         "rebalance-every: is for --partitioning weighted (hash placement ignores it), got 2"),
+        # ... and the other settings a run ignored
+        ({"plan_from": "p.json", "stream": True}, "plan-from: is for a batch run, not a stream (--stream), got p.json"),
+        ({"group_cost": 3, "stream": True}, "group-cost: is for a batch run, not a stream (--stream), got 3"),
+        ({"cost": "seconds"}, "cost: is for --handlers (it places their types), got seconds"),
+        ({"kafka_timeout": 5.0}, "kafka-timeout: is for a kafka:// input, got 5.0"),
+        ({"input": "kafka://h:9092/t", "format": "csv"}, "format: is for an input of files, not a kafka:// topic, got csv"),
+        ({"input": "kafka://h:9092/t", "stream": True, "files_per_batch": 4},
+         "files-per-batch: is for an input of files, not a kafka:// topic, got 4"),
+    ],
+)
+def test_a_setting_the_run_would_ignore_is_refused(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        RunRequest(**{"input": "data", **fields})
+    assert str(caught.value) == message
+
+
+def test_a_setting_at_its_default_is_what_the_run_does_anyway_and_is_taken() -> None:
+    """The defaults are RunRequest's own: the command passes every flag, at these values when not given."""
+    batch = RunRequest(
+        input="data", files_per_batch=1, available_now=False, rebalance_every=5, max_moves=None,
+        max_batches=None, checkpoint=None, cost="rows", kafka_timeout=None,
+    )
+    assert (batch.files_per_batch, batch.available_now, batch.rebalance_every) == (1, False, 5)
+    hashed = RunRequest(input="data", partitioning="hash", group_cost=0, plan_from=None, stream=True, rebalance_every=5)
+    assert hashed.partitioning == "hash"
+    stream = RunRequest(input="data", stream=True, max_moves=3, files_per_batch=2, available_now=True,
+                        checkpoint="ck", max_batches=2, rebalance_every=2)
+    assert (stream.max_moves, stream.files_per_batch, stream.max_batches) == (3, 2, 2)
+    assert RunRequest(input="kafka://h:9092/t", kafka_timeout=2, stream=True, available_now=True).kafka_timeout == 2
+    assert RunRequest(input=Path("data"), output=Path("o"), columns={"ts": "time"}).columns == {"ts": "time"}
+
+
+def test_handlers_with_a_kafka_group_run_are_refused_when_the_request_is_made() -> None:
+    """run_batch refused them only once the run had begun, after --mode overwrite had cleared the output."""
+    pipeline = Pipeline()
+
+    @pipeline.handler("a", schema="n long")
+    def rows(frame: object) -> object:
+        return frame
+
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input="kafka://h:9092/t?group=g", handlers=pipeline, mode="overwrite")
+    assert str(caught.value) == (
+        "handlers: a kafka:// input with ?group= takes no --handlers yet (their outputs are not kept per run)"
+    )
+    assert RunRequest(input="kafka://h:9092/t", handlers=pipeline).handlers is pipeline  # no group: fine
+    assert RunRequest(input="kafka://h:9092/t?group=g", handlers=pipeline, stream=True).stream  # a stream keeps them
+    assert RunRequest(input="kafka://h:9092/t?group=g", handlers=Pipeline()).handlers is not None  # no handler in it
+
+
+def test_the_settings_table_holds_every_field_of_the_request_in_its_order() -> None:
+    """A field added without a setting would go unchecked."""
+    from rebalancer.pipeline.run_fields import SETTINGS
+
+    assert list(SETTINGS) == [f.name for f in dataclasses.fields(RunRequest)]
+
+
+def test_an_inspected_input_is_taken_as_an_input(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    generate(GenerateConfig(events=40, types=2, files=1), data)
+    spec = inspect_input(data)
+    assert RunRequest(input=spec).input is spec
+    kafka = parse_kafka_url("kafka://h:9092/t")
+    assert RunRequest(input=kafka).is_kafka
+
+
+@pytest.mark.parametrize(
+    ("url", "blocked", "message"),
+    [
+        ("kafka://127.0.0.1:1/t", "confluent_kafka",
+         "a kafka:// input needs confluent_kafka, from the 'kafka' extra: pip install 'partition-rebalancer[kafka]'"),
+        ("kafka://embedded/t", "aiokafka",
+         "kafka://embedded/ (a Kafka cluster in this process) needs aiokafka, from the 'kafka' extra: "
+         "pip install 'partition-rebalancer[kafka]'"),
+    ],
+)
+def test_a_kafka_input_without_its_extra_is_refused_when_the_request_is_made(
+    monkeypatch: pytest.MonkeyPatch, url: str, blocked: str, message: str
+) -> None:
+    """Issue 42, item 9: not a ModuleNotFoundError inside run(), after Spark has started."""
+    monkeypatch.setitem(sys.modules, blocked, None)  # what an install without the extra sees
+    with pytest.raises(MissingExtraError) as caught:
+        RunRequest(input=url)
+    assert str(caught.value) == message
+    RunRequest(input="data")  # files need no extra
+    if blocked == "aiokafka":
+        RunRequest(input=url.replace("embedded", "127.0.0.1:1"))  # a remote topic is read without it
 
 
 def test_a_local_plan_from_is_checked_with_the_request_when_partitions_are_given(tmp_path: Path) -> None:
@@ -82,9 +222,7 @@ def test_a_local_plan_from_is_checked_with_the_request_when_partitions_are_given
     assert RunRequest(input="data", partitions=4, plan_from="hdfs://nn/plan.json").plan_from == "hdfs://nn/plan.json"
 
 
-def test_a_kafka_request_takes_no_file_format_and_knows_a_group_keys_by_batch() -> None:
-    with pytest.raises(ValueError, match=r"^format: a kafka:// input holds JSON values"):
-        RunRequest(input="kafka://h:9092/t", format="csv")
+def test_a_kafka_request_knows_a_group_keys_by_batch() -> None:
     assert RunRequest(input="kafka://h:9092/t?group=g").keyed_by_batch is True
     assert RunRequest(input="kafka://h:9092/t").keyed_by_batch is False
     assert RunRequest(input="data", stream=True).keyed_by_batch is True
@@ -182,6 +320,43 @@ def test_the_summary_reads_summary_json_and_says_how_it_came_by_its_plan() -> No
     assert summary.plan_line() == "plan: reused from old/plan.json (5 items kept, 2 moved)"
     assert summary.to_json() == data
     assert RunSummary.from_json({**data, "plan_reused": None}).plan_line() == "plan: made afresh"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"events": 1.5}, "events must be an int >= 0, got 1.5"),
+        ({"events": math.nan}, "events must be an int >= 0, got nan"),
+        ({"types": 2.5}, "types must be an int >= 1, got 2.5"),
+        ({"entities": math.inf}, "entities must be an int >= 1, got inf"),
+        ({"files": True}, "files must be an int >= 1, got True"),
+        ({"minutes": 1.5}, "minutes must be an int >= 1, got 1.5"),
+        ({"seed": -1}, "seed must be an int >= 0, got -1"),
+    ],
+)
+def test_generate_config_refuses_counts_that_are_no_ints(tmp_path: Path, fields: dict, message: str) -> None:
+    """The same mistake as RunRequest's (issue 42, item 18): they failed inside numpy, naming no field."""
+    with pytest.raises(ValueError) as caught:
+        generate(GenerateConfig(**fields), tmp_path / "data")
+    assert str(caught.value) == message
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rebalance_every": math.nan}, "rebalance_every must be an int >= 1, got nan"),  # never re-planned
+        ({"rebalance_every": 1.5}, "rebalance_every must be an int >= 1, got 1.5"),
+        ({"max_batches": 1.5}, "max_batches must be an int >= 1, got 1.5"),
+        ({"files_per_batch": True}, "files_per_batch must be an int >= 1, got True"),
+        ({"max_moves": 2.0}, "max_moves must be an int >= 0, got 2.0"),
+        ({"partitions": 2.5}, "partitions must be an int >= 1, got 2.5"),
+    ],
+)
+def test_stream_config_refuses_counts_that_are_no_ints(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        StreamConfig(**{"partitions": 2, **fields}).validate()
+    assert str(caught.value) == message
 
 
 def test_generate_refuses_a_non_empty_directory_and_overwrite_leaves_no_older_files(tmp_path: Path) -> None:

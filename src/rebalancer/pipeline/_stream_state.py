@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer.balance.metrics import max_over_median
+from rebalancer.pipeline._checks import check_int, check_partitions
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.dispatch import PARTITIONINGS
 from rebalancer.pipeline.framework import Routing
@@ -37,20 +38,18 @@ class StreamConfig:
     crash_after_batch: int | None = None
 
     def validate(self) -> None:
-        if self.partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+        """Counts are ints: a rebalance_every of nan or 1.5 was taken, and never re-planned."""
+        check_partitions(self.partitions)
         if self.partitioning not in PARTITIONINGS:
             raise ValueError(
                 f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {self.partitioning!r}"
             )
-        if self.rebalance_every < 1:
-            raise ValueError(f"rebalance_every must be >= 1, got {self.rebalance_every}")
-        if self.max_batches is not None and self.max_batches < 1:
-            raise ValueError(f"max_batches must be >= 1, got {self.max_batches}")
-        if self.files_per_batch < 1:
-            raise ValueError(f"files_per_batch must be >= 1, got {self.files_per_batch}")
-        if self.max_moves is not None and self.max_moves < 0:
-            raise ValueError(f"max_moves must be >= 0, got {self.max_moves}")
+        check_int(self.rebalance_every, "rebalance_every", 1)
+        if self.max_batches is not None:
+            check_int(self.max_batches, "max_batches", 1)
+        check_int(self.files_per_batch, "files_per_batch", 1)
+        if self.max_moves is not None:
+            check_int(self.max_moves, "max_moves", 0)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from rebalancer._args import finite_float, integer
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.kafka.commands import add_produce_parser
-from rebalancer.pipeline.output_mode import OUTPUT_MODES
-from rebalancer.pipeline.paths import is_remote, local_path, location_argument
+from rebalancer.pipeline.paths import is_remote, local_path
+from rebalancer.pipeline.run_fields import SETTINGS
+from rebalancer.pipeline.runner import field_defaults
 from rebalancer.pipeline.sinks.commands import add_postgres_parser
 from rebalancer.pipeline.terminal import print_summary, stages
 
@@ -85,11 +86,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         "placement. Writes OUTPUT/summary.json, OUTPUT/plan.json and OUTPUT/report.html. Without "
         "--input it generates a sample first. See docs/pipeline.md.",
     )
-    run.add_argument(
-        "--input",
-        type=_input_argument,
-        default=None,
-        help=f"file or directory of Parquet, CSV or JSON Lines with columns ts, type, entity, value, found by name "
+    defaults = {**field_defaults(), "input": None, "output": DEFAULT_OUTPUT, "partitions": DEFAULT_PARTITIONS}
+
+    def setting(name: str, help: str, **options: Any) -> None:
+        """A RunRequest field's flag, by the table: RunRequest checks the value, in the same words."""
+        SETTINGS[name].add_to(run, defaults[name], help, **options)
+
+    setting(
+        "input",
+        f"file or directory of Parquet, CSV or JSON Lines with columns ts, type, entity, value, found by name "
         f"(or a Hadoop filesystem URI: file://, hdfs://, s3a://, gs://, abfs://, passed to Spark as written) "
         f"(or kafka://HOST:PORT/TOPIC[?option=value&...], e.g. ?group=NAME: resume from a consumer group's "
         f"committed offsets and commit them after the outputs; or kafka://embedded/TOPIC: an in-process mock "
@@ -97,34 +102,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         f"(see --columns); ts is ISO-8601 or epoch milliseconds, and timestamps without an offset are UTC "
         f"(default: a sample in {DEFAULT_INPUT})",
     )
-    run.add_argument(
-        "--columns",
-        default=None,
-        metavar="NAME=SOURCE,...",
-        help="the input's own names for the columns, e.g. ts=event_time,type=metric,entity=host,value=v "
+    setting(
+        "columns",
+        "the input's own names for the columns, e.g. ts=event_time,type=metric,entity=host,value=v "
         "(unmapped columns keep their names)",
     )
-    run.add_argument(
-        "--out",
-        "--output",
-        dest="output",
-        type=location_argument,
-        default=DEFAULT_OUTPUT,
-        help="directory for metrics, quarantine, summary.json, plan.json and report.html: a local path or a "
+    setting(
+        "output",
+        "directory for metrics, quarantine, summary.json, plan.json and report.html: a local path or a "
         "Hadoop filesystem URI (file://, hdfs://, s3a://, gs://, abfs://)",
     )
-    run.add_argument("--format", choices=FORMATS, default=None, help="input format (default: by extension)")
-    run.add_argument(
-        "--partitioning",
-        choices=("weighted", "hash"),
-        default="weighted",
-        help="weighted: types placed on tasks by measured load; hash: Spark's hash placement",
-    )
-    run.add_argument(
-        "--partitions",
-        type=integer(),
-        default=DEFAULT_PARTITIONS,
-        help="Spark tasks the work is spread over, hash or weighted (the same on any machine, enough to show skew)",
+    setting("format", "input format (default: by extension)")
+    setting("partitioning", "weighted: types placed on tasks by measured load; hash: Spark's hash placement")
+    setting(
+        "partitions",
+        "Spark tasks the work is spread over, hash or weighted (the same on any machine, enough to show skew)",
     )
     run.add_argument(
         "--master",
@@ -137,30 +129,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="sc://HOST:PORT",
         help="a Spark Connect server, as pyspark spells it (the same as --master sc://…)",
     )
-    run.add_argument("--stream", action="store_true", help="Structured Streaming over the input directory")
-    run.add_argument("--rebalance-every", type=integer(), default=5, help="re-plan every N micro-batches")
-    run.add_argument("--max-moves", type=integer(minimum=0), default=None, help="items a streaming re-plan may move")
-    run.add_argument("--max-batches", type=integer(minimum=1), default=None, help="stop after N micro-batches")
-    run.add_argument("--files-per-batch", type=integer(minimum=1), default=1, help="input files per micro-batch")
-    run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
-    run.add_argument(
-        "--checkpoint",
-        type=location_argument,
-        default=None,
-        help="a path or URI (default: OUTPUT/_checkpoint)",
+    setting("stream", "Structured Streaming over the input directory")
+    setting("rebalance_every", "--stream, weighted: re-plan every N micro-batches")
+    setting("max_moves", "--stream, weighted: items a re-plan may move")
+    setting("max_batches", "--stream: stop after N micro-batches")
+    setting("files_per_batch", "--stream over files: input files per micro-batch")
+    setting("available_now", "--stream: process what is there, then stop")
+    setting("checkpoint", "--stream: a path or URI (default: OUTPUT/_checkpoint)")
+    setting(
+        "group_cost",
+        "a weighted batch run: rows-equivalent cost of one handler call added to every planned item "
+        "(default 0: rows only)",
     )
-    run.add_argument(
-        "--group-cost",
-        type=integer(minimum=0),
-        default=0,
-        help="weighted: rows-equivalent cost of one handler call added to every planned item (default 0: rows only)",
-    )
-    run.add_argument(
-        "--kafka-timeout",
-        type=finite_float(minimum=0, exclusive=True),
-        default=None,
-        metavar="SECONDS",
-        help="a kafka:// input: how long to wait for the brokers' metadata and offsets before failing "
+    setting(
+        "kafka_timeout",
+        "a kafka:// input: how long to wait for the brokers' metadata and offsets before failing "
         "(an unreachable server, a missing topic, a refused login); the reader option "
         "metadataTimeoutMs (default 10)",
     )
@@ -171,39 +154,31 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for a spark:// or k8s:// --master or an sc:// --remote to answer before failing",
     )
-    run.add_argument(
-        "--mode",
-        choices=OUTPUT_MODES,
-        default="error",
-        help="an output that already holds a run: error refuses it; overwrite replaces that whole run "
+    setting(
+        "mode",
+        "an output that already holds a run: error refuses it; overwrite replaces that whole run "
         "(report, plan and checkpoint included); append adds this run to it (a stream resuming from its "
         "checkpoint, a kafka:// ?group= run)",
     )
-    run.add_argument(
-        "--plan-from",
-        type=location_argument,
-        default=None,
-        metavar="PATH",
-        help="start the weighted plan from this plan.json, or a balanced_apply plan store keyed by one "
-        "column (the type), or a directory holding either, and keep what it can of it "
+    setting(
+        "plan_from",
+        "a weighted batch run: start the plan from this plan.json, or a balanced_apply plan store keyed by "
+        "one column (the type), or a directory holding either, and keep what it can of it "
         "(default: a fresh plan; a plan left in the output is never read)",
     )
-    run.add_argument("--no-report", action="store_true", help="skip report.html")
-    run.add_argument(
-        "--compare-hash",
-        action="store_true",
-        help="also run the same input under Spark's hash placement and show both walls and the time saved",
+    setting("report", "skip report.html")
+    setting(
+        "compare_hash",
+        "also run the same input under Spark's hash placement and show both walls and the time saved",
     )
     run.add_argument(
         "--quiet",
         action="store_true",
         help="print only the summary (default: the stages as they run, a line each when not on a terminal)",
     )
-    run.add_argument(
-        "--report-dir",
-        type=Path,
-        default=None,
-        help="a local directory for summary.json, plan.json and report.html (default: the output, "
+    setting(
+        "report_dir",
+        "a local directory for summary.json, plan.json and report.html (default: the output, "
         "through the output's filesystem)",
     )
     run.add_argument(
@@ -212,36 +187,25 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="send the installed rebalancer package to the executors (a zip on their Python path), "
         "for executors whose Python lacks it",
     )
-    run.add_argument(
-        "--sink",
-        default=None,
+    setting(
+        "sink",
+        "also upsert metrics and quarantine into PostgreSQL (idempotent; exactly once per stream batch)",
         metavar="postgresql://USER:PASSWORD@HOST:PORT/DB",
-        help="also upsert metrics and quarantine into PostgreSQL (idempotent; exactly once per stream batch)",
     )
     run.add_argument("--sink-schema", default="rebalancer", help="the PostgreSQL schema for --sink's tables")
-    run.add_argument(
-        "--handlers",
-        type=Path,
-        default=None,
-        metavar="FILE.py",
-        help="a Python file defining a rebalancer.pipeline.Pipeline: your handler per type pattern, each "
+    setting(
+        "handlers",
+        "a Python file defining a rebalancer.pipeline.Pipeline: your handler per type pattern, each "
         "written to OUTPUT/<handler>/ (default: every type through the built-in aggregation into OUTPUT/metrics/)",
     )
-    run.add_argument(
-        "--cost",
-        choices=("rows", "seconds"),
-        default="rows",
-        help="--handlers: place types on tasks by their rows, or by the seconds their calls took in the last run",
+    setting(
+        "cost",
+        "--handlers: place types on tasks by their rows, or by the seconds their calls took in the last run",
     )
     run.set_defaults(func=cmd_run)
 
     add_produce_parser(sub, DEFAULT_SAMPLE)
     add_tool_parsers(sub)
-
-
-def _input_argument(text: str) -> Path | str:
-    """A path, or a kafka:// URL or filesystem URI kept as written (a Path would fold its //)."""
-    return location_argument(text)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -295,6 +259,18 @@ def _check_report_dir(report_dir: Path) -> None:
         raise ValueError(f"report-dir: cannot create {report_dir}: {existing} is not a directory")
 
 
+def _require_extras(master: str | None, sink: str | None) -> None:
+    """The extras a run needs besides its input's (RunRequest checks those): one line naming the
+    extra before any work, not a traceback, or a failure once Spark has started."""
+    from rebalancer._extras import require_extra
+    from rebalancer.pipeline.session import CONNECT_CLIENT_MODULES, is_connect_url
+
+    if sink is not None:
+        require_extra("--sink (the PostgreSQL sink)", "postgres")
+    if is_connect_url(master):
+        require_extra("Spark Connect (sc://)", "spark", CONNECT_CLIENT_MODULES)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Builds a `RunRequest` from the flags (checked there, once) and calls `run`, with the terminal
     around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""
@@ -303,37 +279,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rebalancer.pipeline.ingest import check_output, parse_columns
     from rebalancer.pipeline.runner import RunRequest, resolve_input
 
-    if args.report_dir is not None:
-        _check_report_dir(args.report_dir)
     master = session_master(args.master, getattr(args, "remote", None))
-    handlers = None
-    if args.handlers is not None:
+    _require_extras(master, args.sink)  # before any work; a kafka:// input's, by RunRequest
+    if isinstance(args.report_dir, Path):  # anything else is RunRequest's to refuse
+        _check_report_dir(args.report_dir)
+    handlers = args.handlers
+    if isinstance(handlers, Path):
         from rebalancer.pipeline.framework import load_handlers
 
-        handlers = load_handlers(args.handlers)  # first: a bad file fails before any work
+        handlers = load_handlers(handlers)  # first: a bad file fails before any work
+    values = {name: s.value(args) for name, s in SETTINGS.items() if name not in ("handlers", "sink", "columns")}
     request = RunRequest(
-        input=args.input if args.input is not None else DEFAULT_INPUT,
-        output=args.output,
-        partitions=args.partitions,
-        partitioning=args.partitioning,
-        handlers=handlers,
-        cost=args.cost,
-        mode=getattr(args, "mode", "error"),
-        plan_from=getattr(args, "plan_from", None),
-        format=args.format,
-        columns=parse_columns(args.columns) if args.columns else None,
-        stream=args.stream,
-        rebalance_every=args.rebalance_every,
-        max_moves=args.max_moves,
-        max_batches=args.max_batches,
-        files_per_batch=args.files_per_batch,
-        available_now=args.available_now,
-        checkpoint=args.checkpoint,
-        group_cost=args.group_cost,
-        report=not args.no_report,
-        report_dir=args.report_dir,
-        kafka_timeout=getattr(args, "kafka_timeout", None),
-        compare_hash=getattr(args, "compare_hash", False),
+        **{  # each value is checked by RunRequest, by the same table
+            **values,
+            "input": args.input if args.input is not None else DEFAULT_INPUT,
+            "handlers": handlers,
+            "columns": parse_columns(args.columns) if args.columns else None,
+        }
     )
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     quiet = getattr(args, "quiet", False)

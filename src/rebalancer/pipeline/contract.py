@@ -7,7 +7,7 @@ A leaf module (it imports nothing of the pipeline), so the file reader (`ingest`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,9 +59,11 @@ def text_schema(names: tuple[str, ...] | list[str] = REQUIRED_COLUMNS) -> Struct
     return StructType([StructField(name, StringType(), True) for name in names])
 
 
+@runtime_checkable
 class Input(Protocol):
     """What the run drivers use of an input, files (`ingest.InputSpec`) or a topic
-    (`kafka.telemetry.KafkaInput`): the drivers never ask which one they hold."""
+    (`kafka.telemetry.KafkaInput`): the drivers never ask which one they hold (`RunRequest` asks
+    only whether a value is one: isinstance checks that it has every member)."""
 
     @property
     def format(self) -> str: ...

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rebalancer.pipeline._checks import check_int
 from rebalancer.pipeline.contract import FORMATS  # what the generator writes is what a run reads
 
 log = logging.getLogger(__name__)
@@ -43,22 +44,15 @@ class GenerateConfig:
     files: int = 4
 
     def validate(self) -> None:
-        if self.events < 0:
-            raise ValueError(f"events must be >= 0, got {self.events}")
-        if self.types < 1:
-            raise ValueError(f"types must be >= 1, got {self.types}")
+        """Counts are ints (a float or a bool failed later, inside numpy, naming no field)."""
+        for name, minimum in (("events", 0), ("types", 1), ("entities", 1), ("seed", 0), ("minutes", 1), ("files", 1)):
+            check_int(getattr(self, name), name, minimum)
         if not math.isfinite(self.skew) or self.skew < 0:  # NaN passes `skew < 0`
             raise ValueError(f"skew must be a finite number >= 0, got {self.skew}")
-        if self.entities < 1:
-            raise ValueError(f"entities must be >= 1, got {self.entities}")
         if not 0 <= self.bad_rate <= 1:
             raise ValueError(f"bad_rate must be in [0, 1], got {self.bad_rate}")
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if self.minutes < 1:
-            raise ValueError(f"minutes must be >= 1, got {self.minutes}")
-        if self.files < 1:
-            raise ValueError(f"files must be >= 1, got {self.files}")
 
 
 def type_weights(types: int, skew: float) -> np.ndarray:

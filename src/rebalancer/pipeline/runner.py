@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlsplit
 
-from rebalancer.pipeline._checks import check_partitions
-from rebalancer.pipeline.contract import FORMATS
-from rebalancer.pipeline.dispatch import PARTITIONINGS
-from rebalancer.pipeline.output_mode import OUTPUT_MODES, check_output_mode, clear_outputs
+from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.paths import is_remote, join
+from rebalancer.pipeline.run_fields import check_settings
 from rebalancer.pipeline.run_summary import RunSummary  # re-exported: its public home is here
 
 __all__ = ["RunRequest", "RunSummary", "resolve_input", "run"]
@@ -32,21 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COSTS = ("rows", "seconds")
-
-
-def _at_least(name: str, value: int | float | None, low: int | float, exclusive: bool = False) -> None:
-    if value is None:
-        return
-    bad = isinstance(value, bool) or not isinstance(value, int | float) or (value <= low if exclusive else value < low)
-    if bad:
-        raise ValueError(f"{name} must be {'>' if exclusive else '>='} {low}, got {value!r}")
-
-
-def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-
 
 @dataclass(frozen=True)
 class RunRequest:
@@ -59,6 +44,16 @@ class RunRequest:
     checkpoint, a Kafka `?group=` run). `plan_from` (a plan.json, a one-column PlanStore, or a
     directory holding either) is the only way a previous plan reaches this run; a local one is
     checked here when `partitions` is given, so a bad file fails before Spark starts.
+
+    Every field is checked by `run_fields.SETTINGS`, the table `rebalancer pipeline run`'s flags are
+    made from: a bad value is a ValueError naming the flag, in the command's words. A setting its run
+    would ignore is refused when it differs from its default here: `max_moves`, `max_batches`,
+    `files_per_batch`, `available_now`, `checkpoint` and `rebalance_every` without `stream`;
+    `plan_from`, `group_cost`, `max_moves` and `rebalance_every` with `partitioning="hash"`;
+    `plan_from` and `group_cost` with `stream`; `format` and `files_per_batch` with a kafka://
+    input; `cost` without `handlers`; `kafka_timeout` without a kafka:// input. `handlers` with a
+    kafka:// `?group=` batch run is refused too (not supported yet). A kafka:// input
+    without the 'kafka' extra is a MissingExtraError (an ImportError) naming it.
     """
 
     input: str | Path | Input
@@ -86,38 +81,39 @@ class RunRequest:
     compare_hash: bool = False  # also time Spark's hash placement on the same input
 
     def __post_init__(self) -> None:
-        if self.partitions is not None:
-            check_partitions(self.partitions)
-        _one_of("partitioning", self.partitioning, PARTITIONINGS)
-        _one_of("cost", self.cost, COSTS)
-        _one_of("mode", self.mode, OUTPUT_MODES)
-        if self.format is not None:
-            _one_of("format", self.format, FORMATS)
-            if self.is_kafka:
-                raise ValueError(f"format: a kafka:// input holds JSON values, --format {self.format} is for files")
-        _at_least("rebalance-every", self.rebalance_every, 1)
-        _at_least("max-moves", self.max_moves, 0)
-        _at_least("max-batches", self.max_batches, 1)
-        _at_least("files-per-batch", self.files_per_batch, 1)
-        _at_least("group-cost", self.group_cost, 0)
-        _at_least("kafka-timeout", self.kafka_timeout, 0, exclusive=True)
-        if self.kafka_timeout is not None and not self.is_kafka:
-            raise ValueError("kafka-timeout: is for a kafka:// input")
-        if self.plan_from is not None and self.stream:
+        # Every field by the one table the command's flags are made from (run_fields), so a value
+        # is refused alike from Python and on the command line; then what this run would ignore.
+        check_settings(self, field_defaults())
+        if self.compare_hash:
+            self._check_compare_hash()
+        if self.handlers is not None and self.handlers.handlers and not self.stream and self.keyed_by_batch:
+            # run_batch refuses it too, but only once the run has begun (and cleared an overwritten output).
             raise ValueError(
-                f"plan-from: a stream re-plans from its checkpoint, got --plan-from {self.plan_from} with --stream"
+                "handlers: a kafka:// input with ?group= takes no --handlers yet (their outputs are not kept per run)"
             )
+        self._require_extras()
         if self.plan_from is not None and self.partitions is not None and not is_remote(self.plan_from):
             from rebalancer.pipeline.batch import load_plan
 
             # A local plan is checked now, before Spark starts: the run loads it again, through Spark.
             load_plan(self.plan_from, self.partitions)
-        if self.compare_hash:
-            self._check_compare_hash()
-        if not self.stream:
-            for name, value in (("checkpoint", self.checkpoint), ("max-batches", self.max_batches)):
-                if value is not None:
-                    raise ValueError(f"{name}: is for a stream (--stream), got {value}")
+
+    def _require_extras(self) -> None:
+        """A kafka:// input's clients, before Spark starts: MissingExtraError naming the extra.
+        kafka://embedded/ also starts a mock cluster (confluent_kafka) and produces (aiokafka)."""
+        if not self.is_kafka:
+            return
+        from rebalancer._extras import require_extra
+        from rebalancer.pipeline.kafka.telemetry import EMBEDDED
+
+        if isinstance(self.input, str):
+            embedded = urlsplit(self.input).netloc == EMBEDDED
+        else:
+            embedded = bool(getattr(self.input, "embedded", False))
+        if embedded:
+            require_extra(f"kafka://{EMBEDDED}/ (a Kafka cluster in this process)", "kafka")
+        else:
+            require_extra("a kafka:// input", "kafka", ("confluent_kafka",))
 
     def _check_compare_hash(self) -> None:
         """The hash pass reads the input a second time: only a batch over files, built-in types alone."""
@@ -142,8 +138,6 @@ class RunRequest:
         if self.stream:
             return True
         if isinstance(self.input, str):
-            from urllib.parse import parse_qsl, urlsplit
-
             return self.is_kafka and any(k.lower() == "group" for k, _ in parse_qsl(urlsplit(self.input).query))
         return any(k.lower() == "group" for k in getattr(self.input, "options", None) or {})
 
@@ -164,6 +158,13 @@ class RunRequest:
             self.checkpoint if self.stream else None,
             spark=spark,
         )
+
+
+@cache
+def field_defaults() -> dict[str, object]:
+    """RunRequest's defaults by field (`input` has none: MISSING); the command's flags default to
+    them, and a setting at its default is never refused as one its run would ignore."""
+    return {f.name: f.default for f in fields(RunRequest)}
 
 
 def resolve_input(request: RunRequest, spark: SparkSession | None = None) -> Input:

@@ -58,6 +58,9 @@ def connect_reason(servers: str, timeout_s: float) -> str:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    from rebalancer._extras import require_extra
+
+    require_extra("rebalancer pipeline produce", "kafka", ("aiokafka",))  # one line, not a traceback
     from aiokafka.errors import KafkaConnectionError, KafkaError
     from rich.console import Console
     from rich.table import Table

@@ -23,6 +23,10 @@ def add_postgres_parser(sub: Any) -> None:
 
 
 def cmd_postgres(args: argparse.Namespace) -> int:
+    from rebalancer._extras import require_extra
+
+    # Before the server's directory is made: without psycopg it failed after initdb, in a traceback.
+    require_extra("rebalancer pipeline postgres", "postgres", ("psycopg",))
     from rebalancer.testing.postgres import URL_FILE, LocalPostgres
 
     server = LocalPostgres(args.dir, port=args.port)
