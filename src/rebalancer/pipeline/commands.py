@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rebalancer._args import finite_float, integer
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
+from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.kafka.commands import add_produce_parser
 from rebalancer.pipeline.output_mode import OUTPUT_MODES
 from rebalancer.pipeline.paths import is_remote, local_path, location_argument
@@ -295,6 +296,7 @@ def _check_report_dir(report_dir: Path) -> None:
         raise ValueError(f"report-dir: cannot create {report_dir}: {existing} is not a directory")
 
 
+@one_group_run_per_output(lambda arguments: (arguments["args"].input, arguments["args"].output))  # before Spark
 def cmd_run(args: argparse.Namespace) -> int:
     """Builds a `RunRequest` from the flags (checked there, once) and calls `run`, with the terminal
     around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rebalancer.pipeline._checks import check_partitions
 from rebalancer.pipeline.contract import FORMATS
 from rebalancer.pipeline.dispatch import PARTITIONINGS
+from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.output_mode import OUTPUT_MODES, check_output_mode, clear_outputs
 from rebalancer.pipeline.paths import is_remote, join
 from rebalancer.pipeline.run_summary import RunSummary  # re-exported: its public home is here
@@ -180,6 +181,7 @@ def resolve_input(request: RunRequest, spark: SparkSession | None = None) -> Inp
     return inspect_input(source, request.format, request.columns, spark=spark)
 
 
+@one_group_run_per_output(lambda arguments: (arguments["request"].input, arguments["request"].output))
 def run(
     request: RunRequest,
     spark: SparkSession | None = None,
