@@ -92,6 +92,27 @@ def _holder(fd: int) -> str:
         return ""
 
 
+def _lock(path: Path, out: str | Path, group: str) -> int:
+    """The lock file, opened, flocked and noted with this holder; GroupBusyError if another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            shown = masked_url(out) if isinstance(out, str) else str(out)
+            raise GroupBusyError(
+                f"group {group!r}: another run is writing to {shown}{_holder(fd)}; one output takes one "
+                f"group run at a time: run this one again once it has finished"
+            ) from None
+        note = json.dumps({"group": group, "pid": os.getpid(), "host": socket.gethostname()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note.encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextmanager
 def claim_output(out: str | Path, group: str) -> Iterator[None]:
     """Hold `out` for a run of `group`, or raise GroupBusyError at once if another run holds it.
@@ -107,24 +128,7 @@ def claim_output(out: str | Path, group: str) -> Iterator[None]:
         if held is not None and held.thread == threading.get_ident():
             held.depth += 1
         else:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _holder(fd)
-                os.close(fd)
-                shown = masked_url(out) if isinstance(out, str) else str(out)
-                raise GroupBusyError(
-                    f"group {group!r}: another run is writing to {shown}{holder}; one output takes one "
-                    f"group run at a time: run this one again once it has finished"
-                ) from None
-            except BaseException:
-                os.close(fd)
-                raise
-            note = json.dumps({"group": group, "pid": os.getpid(), "host": socket.gethostname()})
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, note.encode(), 0)
-            held = _held[key] = _Held(threading.get_ident(), fd)
+            held = _held[key] = _Held(threading.get_ident(), _lock(path, out, group))
     try:
         yield
     finally:
