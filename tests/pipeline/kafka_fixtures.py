@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rebalancer.testing import MockKafkaCluster
 
 _topic_ids = itertools.count()
 Message = tuple[bytes | None, bytes | None, int]  # key, value, partition
+KEY = ["type", "entity", "minute"]
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +56,34 @@ def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> dict[int
     assert producer.flush(30) == 0
     assert not errors, errors[:3]
     return offsets
+
+
+def _metric_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["minute"] = pd.to_datetime(frame["minute"]).dt.tz_localize(None) if frame["minute"].dt.tz else frame["minute"]
+    frame = frame[[*KEY, "count", "sum", "min", "max"]].sort_values(KEY).reset_index(drop=True)
+    return frame.astype({"count": "int64", "sum": "float64", "min": "float64", "max": "float64"})
+
+
+def all_at_once(spark: object, url: str, out: Path) -> pd.DataFrame:
+    """The metrics of one run over the whole topic, without a group: what the increments must add up to."""
+    from rebalancer.pipeline.batch import run_batch
+    from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
+
+    run_batch(spark, parse_kafka_url(url), out, partitions=2, report=False)  # type: ignore[arg-type]
+    return _metric_frame(pd.read_parquet(out / "metrics"))
+
+
+def batches_folded(out: Path) -> pd.DataFrame:
+    """A group run output's metrics folded over its batch ids: count and sum add, min and max combine."""
+    frame = pd.read_parquet(out / "metrics")
+    folded = frame.groupby(KEY, as_index=False).agg(
+        {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+    )
+    return _metric_frame(folded)
+
+
+def assert_same_totals(database: pd.DataFrame, expected: pd.DataFrame) -> None:
+    left, right = database.reset_index(drop=True), expected[database.columns].reset_index(drop=True)
+    for frame in (left, right):
+        frame["minute"] = frame["minute"].astype("datetime64[ns]")
+    pd.testing.assert_frame_equal(left, right, check_exact=False, rtol=1e-9)

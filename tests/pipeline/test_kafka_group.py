@@ -7,6 +7,7 @@ import itertools
 
 import pandas as pd
 import pytest
+from kafka_fixtures import all_at_once, assert_same_totals
 
 from rebalancer.pipeline import batch
 from rebalancer.pipeline.batch import run_batch
@@ -21,7 +22,6 @@ from rebalancer.pipeline.kafka.telemetry import encode_events, parse_kafka_url, 
 from rebalancer.pipeline.sinks import open_sink
 
 _groups = itertools.count()
-KEY = ["type", "entity", "minute"]
 
 
 def produce_sample(bootstrap: str, topic: str, events: int, seed: int) -> None:
@@ -39,22 +39,6 @@ def db_totals(conn: object, schema: str) -> pd.DataFrame:
     frame = pd.DataFrame(cursor.fetchall(), columns=[c.name for c in cursor.description])
     frame["minute"] = pd.to_datetime(frame["minute"], utc=True).dt.tz_localize(None)
     return frame.astype({"count": "int64", "sum": "float64", "min": "float64", "max": "float64"})
-
-
-def all_at_once(spark, url: str, out) -> pd.DataFrame:
-    """The metrics of one run over the whole topic, without a group: what the increments must add up to."""
-    run_batch(spark, parse_kafka_url(url), out, partitions=2, report=False)
-    frame = pd.read_parquet(out / "metrics")
-    frame["minute"] = pd.to_datetime(frame["minute"]).dt.tz_localize(None) if frame["minute"].dt.tz else frame["minute"]
-    frame = frame[[*KEY, "count", "sum", "min", "max"]].sort_values(KEY).reset_index(drop=True)
-    return frame.astype({"count": "int64", "sum": "float64", "min": "float64", "max": "float64"})
-
-
-def assert_same_totals(database: pd.DataFrame, expected: pd.DataFrame) -> None:
-    left, right = database.reset_index(drop=True), expected[database.columns].reset_index(drop=True)
-    for frame in (left, right):
-        frame["minute"] = frame["minute"].astype("datetime64[ns]")
-    pd.testing.assert_frame_equal(left, right, check_exact=False, rtol=1e-9)
 
 
 @pytest.mark.spark

@@ -24,6 +24,7 @@ from rebalancer.pipeline.core import (  # re-exported: callers import them from 
 )
 from rebalancer.pipeline.dispatch import PARTITIONINGS
 from rebalancer.pipeline.ingest import InputSpec, check_output, read_raw
+from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.paths import OutputPath, output_path, write_json
 from rebalancer.pipeline.session import default_parallelism, pipeline_conf, spark_error_reason
 from rebalancer.pipeline.slots import Item, SlotPlan, hash_plan, items_from_json, make_plan, plan_items
@@ -307,6 +308,7 @@ def _remove(spark: SparkSession, target: OutputPath) -> None:
         HadoopFS(spark).delete(str(target))
 
 
+@one_group_run_per_output(lambda arguments: (arguments["spec"], arguments["out"]))  # planning to commit
 def run_batch(
     spark: SparkSession,
     spec: InputSpec | Input,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rebalancer._args import finite_float, integer
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
+from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.kafka.commands import add_produce_parser
 from rebalancer.pipeline.paths import is_remote, local_path
 from rebalancer.pipeline.run_fields import SETTINGS
@@ -271,6 +272,7 @@ def _require_extras(master: str | None, sink: str | None) -> None:
         require_extra("Spark Connect (sc://)", "spark", CONNECT_CLIENT_MODULES)
 
 
+@one_group_run_per_output(lambda arguments: (arguments["args"].input, arguments["args"].output))  # before Spark
 def cmd_run(args: argparse.Namespace) -> int:
     """Builds a `RunRequest` from the flags (checked there, once) and calls `run`, with the terminal
     around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""

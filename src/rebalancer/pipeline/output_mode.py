@@ -26,6 +26,9 @@ REPORT_FILES = ("summary.json", "plan.json", "report.html")
 # What only a run writes into its output: an output holding none of them is not a run's to clear.
 # A quiet CLI run's Spark log (see rebalancer.pipeline.quiet), written from before the run starts.
 SPARK_LOG = "spark.log"
+# The claim a Kafka `?group=` run holds on its output (rebalancer.pipeline.kafka.claim): never cleared,
+# since a run may hold it while clearing.
+GROUP_LOCK = "_kafka_group.lock"
 RUN_MARKERS = ("summary.json", "metrics", "quarantine", "_checkpoint")
 # How a run keys its metrics: each kind of run, and the folders it writes under OUTPUT/metrics/.
 BY_BATCH = "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/"
@@ -111,7 +114,7 @@ def clear_outputs(
         return
     check_output_mode(output, mode, False, report_dir, None, spark)
     # The log of this very run (OUTPUT/spark.log, being written since Spark started) is no previous run's.
-    targets = [join(output, name) for name in _entries(output, spark) or [] if name != SPARK_LOG]
+    targets = [join(output, name) for name in _entries(output, spark) or [] if name not in (SPARK_LOG, GROUP_LOCK)]
     if report_dir is not None:
         targets += [join(report_dir, name) for name in (*REPORT_FILES, "_plans")]
     if checkpoint is not None:

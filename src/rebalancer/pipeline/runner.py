@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
+from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.paths import is_remote, join
 from rebalancer.pipeline.run_fields import check_settings
@@ -181,6 +182,7 @@ def resolve_input(request: RunRequest, spark: SparkSession | None = None) -> Inp
     return inspect_input(source, request.format, request.columns, spark=spark)
 
 
+@one_group_run_per_output(lambda arguments: (arguments["request"].input, arguments["request"].output))
 def run(
     request: RunRequest,
     spark: SparkSession | None = None,

@@ -160,21 +160,29 @@ def _retrying(options: KafkaOptions, call: Any) -> Any:
             time.sleep(0.2)
 
 
+def _committed(options: KafkaOptions, consumer: Consumer, partitions: Sequence[int]) -> dict[int, int]:
+    """The group's committed offset of each partition; -1 where it has none."""
+    from confluent_kafka import TopicPartition
+
+    found = _retrying(
+        options,
+        partial(
+            consumer.committed,
+            [TopicPartition(options.topic, p) for p in sorted(partitions)],
+            timeout=options.metadata_timeout_ms / 1000,
+        ),
+    )
+    return {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in found}
+
+
 def group_offsets(options: KafkaOptions, marks: Mapping[int, tuple[int, int]]) -> dict[int, int]:
     """The next offset to read of each partition: the group's committed one, or the earliest where the
     group has none (a new group, a new partition)."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import KafkaException
 
     consumer = _group_client(options)
     try:
-        found = _retrying(
-            options,
-            partial(
-                consumer.committed,
-                [TopicPartition(options.topic, p) for p in sorted(marks)],
-                timeout=options.metadata_timeout_ms / 1000,
-            ),
-        )
+        found = _committed(options, consumer, list(marks))
     except KafkaException as exc:
         raise RuntimeError(
             f"group {options.group!r}: cannot read its committed offsets of topic {options.topic!r} on "
@@ -182,26 +190,36 @@ def group_offsets(options: KafkaOptions, marks: Mapping[int, tuple[int, int]]) -
         ) from None
     finally:
         consumer.close()
-    return {tp.partition: tp.offset if tp.offset >= 0 else marks[tp.partition][0] for tp in found}
+    return {p: offset if offset >= 0 else marks[p][0] for p, offset in found.items()}
 
 
-def commit_group_offsets(options: KafkaOptions, end: Mapping[int, int]) -> None:
-    """Commit `end` (the next offset to read, per partition) for the group, synchronously: the caller
-    does it once its outputs are committed, so a run that fails before reads the same records again."""
+def commit_group_offsets(options: KafkaOptions, end: Mapping[int, int]) -> dict[int, int]:
+    """Move the group to `end` (the next offset to read, per partition), synchronously, never backward:
+    the caller does it once its outputs are committed, so a run that fails before reads the same
+    records again. Returns the offsets it committed.
+
+    Kafka's commit is not conditional, so each partition's committed offset is read first and only
+    those below `end` are committed; one already past it (another run committed further meanwhile)
+    stays, with a warning. A run holding the output's claim (`claim.py`) sees no other run of its
+    group commit between the read and the commit; only a run into another output could.
+    """
     from confluent_kafka import KafkaException, TopicPartition
 
     if not end:
-        return
+        return {}
     consumer = _group_client(options)
     try:
-        _retrying(
-            options,
-            partial(
-                consumer.commit,
-                offsets=[TopicPartition(options.topic, p, o) for p, o in sorted(end.items())],
-                asynchronous=False,
-            ),
-        )
+        now = _committed(options, consumer, list(end))
+        rising = {p: o for p, o in sorted(end.items()) if o > now.get(p, -1)}
+        if rising:
+            _retrying(
+                options,
+                partial(
+                    consumer.commit,
+                    offsets=[TopicPartition(options.topic, p, o) for p, o in rising.items()],
+                    asynchronous=False,
+                ),
+            )
     except KafkaException as exc:
         raise RuntimeError(
             f"group {options.group!r}: cannot commit offsets of topic {options.topic!r} on "
@@ -209,9 +227,17 @@ def commit_group_offsets(options: KafkaOptions, end: Mapping[int, int]) -> None:
         ) from None
     finally:
         consumer.close()
-    log.info(
-        "group %r: committed offsets %s of topic %r", options.group, dict(sorted(end.items())), options.topic
-    )
+    kept = [p for p in sorted(end) if now.get(p, -1) > end[p]]
+    if kept:
+        log.warning(
+            "group %r: topic %r: another run committed past this run's end meanwhile; offsets never go "
+            "backward, so %s",
+            options.group,
+            options.topic,
+            ", ".join(f"partition {p} stays at {now[p]} (this run's end {end[p]})" for p in kept),
+        )
+    log.info("group %r: committed offsets %s of topic %r", options.group, rising, options.topic)
+    return rising
 
 
 def plan_group_read(options: KafkaOptions) -> tuple[dict[int, int], dict[int, int]]:

@@ -131,6 +131,13 @@ class KafkaInput:
     def read_stream(self, spark: SparkSession, files_per_batch: int) -> DataFrame:
         return read_kafka_stream(spark, self)  # a topic's micro-batches follow its offsets, not files
 
+    @property
+    def group(self) -> str | None:
+        """The consumer group of a `?group=NAME` batch run (its runs into one output take turns:
+        `claim.py`), or None."""
+        options = {"bootstrap.servers": self.bootstrap_servers, "topic": self.topic, **self.options}
+        return parse_options(options, streaming=None).group
+
     def group_run(self) -> GroupRead | None:
         return plan_group_run(self)
 
