@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rebalancer.testing._checks import check_broker_id, check_brokers, check_seconds, check_topic
+
 __all__ = [
     "FETCH_COMMAND",
     "KAFKA_API_KEYS",
@@ -348,10 +350,10 @@ class KafkaCluster:
         lib_dir: str | os.PathLike[str] | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
-        if not isinstance(brokers, int) or isinstance(brokers, bool) or brokers < 1:
-            raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
-        if start_timeout_s <= 0:
-            raise ValueError(f"start_timeout_s must be > 0, got {start_timeout_s}")
+        check_brokers(brokers)  # the checks MockKafkaCluster makes too (testing/_checks.py)
+        check_seconds("start_timeout_s", start_timeout_s)
+        if isinstance(jvm_options, str):  # list("-Xss1m") would pass it one character at a time
+            raise ValueError(f"jvm_options must be a sequence of options, not one str, got {jvm_options!r}")
         self.brokers = brokers
         self._lib = Path(lib_dir) if lib_dir is not None else kafka_lib_dir()
         self.version: str = _jar_version(self._lib)
@@ -603,6 +605,7 @@ class KafkaCluster:
         A clean stop gains nothing for data that is deleted next, and the last broker of a quorum
         waits 5 s for Raft peers that are already gone: hence a short grace.
         """
+        check_seconds("grace_s", grace_s, zero=True)
         with self._lock:
             self._state.grace_s = grace_s
             self._admin_client = None
@@ -646,9 +649,7 @@ class KafkaCluster:
 
     def _node(self, broker_id: int) -> _Node:
         self._check_open()
-        if not isinstance(broker_id, int) or isinstance(broker_id, bool) or not 1 <= broker_id <= self.brokers:
-            raise ValueError(f"broker_id must be in 1..{self.brokers}, got {broker_id!r}")
-        return self._state.nodes[broker_id]
+        return self._state.nodes[check_broker_id(broker_id, self.brokers)]
 
     def is_up(self, broker_id: int) -> bool:
         return self._node(broker_id).up
@@ -666,12 +667,8 @@ class KafkaCluster:
         from confluent_kafka.admin import NewTopic
 
         self._check_open()
-        if not name:
-            raise ValueError(f"topic name must be non-empty, got {name!r}")
-        if partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {partitions}")
-        if not 1 <= replication_factor <= self.brokers:
-            raise ValueError(f"replication_factor must be in 1..{self.brokers}, got {replication_factor}")
+        check_topic(name, partitions, replication_factor, self.brokers)
+        check_seconds("timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         topic = NewTopic(
             name, num_partitions=partitions, replication_factor=replication_factor,
@@ -713,6 +710,7 @@ class KafkaCluster:
         from confluent_kafka import KafkaException
 
         self._check_open()
+        check_seconds("timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         behind: list[str] = ["(metadata not read yet)"]
         while True:
@@ -759,6 +757,7 @@ class KafkaCluster:
 
     def set_up(self, broker_id: int, timeout_s: float = 120.0) -> None:
         """Restart broker `broker_id` on its ports and log dirs; returns once it is RUNNING and in the metadata."""
+        check_seconds("timeout_s", timeout_s)
         with self._lock:
             node = self._node(broker_id)
             if node.up:
