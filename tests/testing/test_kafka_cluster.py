@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -285,3 +286,63 @@ def test_a_killed_interpreter_leaves_no_broker_behind():
         assert wait_gone(info["pids"], timeout_s=15) == []
     finally:
         shutil.rmtree(info["dir"], ignore_errors=True)  # nothing ran to remove it
+
+
+# -- issue 42 item 11: a forked child must not keep a SIGKILLed owner's brokers alive -----------------
+_START_FORK_AND_REPORT = """
+import json, os, time
+from rebalancer.testing import KafkaCluster
+cluster = KafkaCluster(brokers=1)
+child = os.fork()
+if child == 0:  # alive and idle, holding a copy of everything the owner had open
+    time.sleep(600)
+    os._exit(0)
+print(json.dumps({"pids": list(cluster.started_pids), "jvms": list(cluster.pids.values()),
+                  "dir": str(cluster.data_dir), "child": child}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_with_a_live_forked_child_leaves_no_broker_behind():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _START_FORK_AND_REPORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    info: dict = {}
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        info = json.loads(line)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert alive(info["child"])  # the fork outlives its parent: what kept the watchdog's pipe open
+        # Before the fix the JVM ran on as long as the child did; a process exit is given a generous bound.
+        assert wait_gone(info["pids"], timeout_s=60) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in info.get("jvms", []):  # whatever the outcome, nothing of this test runs on
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if info.get("child"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info["child"], signal.SIGKILL)
+        shutil.rmtree(info.get("dir", "/nonexistent"), ignore_errors=True)
+
+
+def test_a_fork_closes_its_copy_of_the_watchdog_pipes():
+    """The fallback where pidfd_open is missing: a child of os.fork() holds no watchdog pipe."""
+    with KafkaCluster(brokers=1) as cluster:
+        pipes = [n.watchdog.stdin for n in cluster._state.nodes.values() if n.watchdog and n.watchdog.stdin]
+        assert len(pipes) == 1 and not os.get_inheritable(pipes[0].fileno())  # close-on-exec
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.write(write_end, b"1" if all(p.closed for p in pipes) else b"0")
+            os._exit(0)
+        os.close(write_end)
+        assert os.read(read_end, 1) == b"1"
+        os.close(read_end)
+        os.waitpid(child, 0)
+        assert not any(p.closed for p in pipes)  # the owner's own copies stay open

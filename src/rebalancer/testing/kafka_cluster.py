@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 from rebalancer.testing._checks import check_broker_id, check_brokers, check_seconds, check_topic
 
@@ -102,16 +102,40 @@ _BIND_ERRORS = ("BindException", "Address already in use")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # Started beside every JVM, in its own session: when the Python process that started the broker
-# dies without cleaning up (SIGKILL, SIGTERM without a handler), the pipe it holds closes, `read()`
-# returns and the broker's whole process group is killed.
+# dies without cleaning up (SIGKILL, SIGTERM without a handler), the broker's whole process group is
+# killed. It watches the owner's pid through a pidfd, which becomes readable when that process
+# exits, whatever else holds a copy of the owner's files: a pipe alone never closed while a child
+# the owner had forked was alive. Without pidfd_open (Linux < 5.3), the pipe on its stdin is the
+# signal, and _close_pipes_in_child keeps forked children from holding its write end.
 _WATCHDOG = (
-    "import os, signal, sys\n"
-    "sys.stdin.buffer.read()\n"
+    "import os, select, signal, sys\n"
+    "group, owner = int(sys.argv[1]), int(sys.argv[2])\n"
+    "poller = select.poll()\n"
+    "poller.register(0, select.POLLIN)\n"
     "try:\n"
-    "    os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+    "    poller.register(os.pidfd_open(owner), select.POLLIN)\n"
+    "except (AttributeError, OSError):\n"
+    "    pass\n"
+    "if os.getppid() == owner:\n"  # else the owner died before the pidfd was opened: kill now
+    "    poller.poll()\n"
+    "try:\n"
+    "    os.killpg(group, signal.SIGKILL)\n"
     "except OSError:\n"
     "    pass\n"
 )
+# The write ends of the live watchdogs' pipes, closed in every child os.fork() makes: a fork must
+# not keep its parent's brokers alive. (subprocess's pipes are close-on-exec already.)
+_WATCHDOG_PIPES: weakref.WeakSet[IO[bytes]] = weakref.WeakSet()
+
+
+def _close_pipes_in_child() -> None:
+    for pipe in list(_WATCHDOG_PIPES):
+        with contextlib.suppress(OSError):
+            pipe.close()
+    _WATCHDOG_PIPES.clear()
+
+
+os.register_at_fork(after_in_child=_close_pipes_in_child)
 
 _LOG4J2 = """\
 # Written by rebalancer.testing.KafkaCluster: the broker's WARN and ERROR lines, to one file.
@@ -513,10 +537,12 @@ class KafkaCluster:
             )  # fmt: skip
         self._state.started_pids.append(node.process.pid)
         node.watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(node.process.pid)],
+            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(node.process.pid), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
+        assert node.watchdog.stdin is not None
+        _WATCHDOG_PIPES.add(node.watchdog.stdin)
         self._state.started_pids.append(node.watchdog.pid)
         log.debug("Kafka broker %d: pid %d, port %d", node.broker_id, node.process.pid, node.port)
 
