@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from rebalancer.testing import KafkaCluster
+from rebalancer.testing import KafkaCluster, kafka_cluster
 from rebalancer.testing.kafka_cluster import KAFKA_API_KEYS, KAFKA_VERSION, KafkaNotInstalledError
 
 pytestmark = pytest.mark.kafka_real
@@ -346,3 +351,74 @@ def test_a_fork_closes_its_copy_of_the_watchdog_pipes():
         os.close(read_end)
         os.waitpid(child, 0)
         assert not any(p.closed for p in pipes)  # the owner's own copies stay open
+
+
+# -- issue 42 item 10: a port taken between choosing and binding, Jolokia's included ----------------
+def occupy_jolokia_port(monkeypatch: pytest.MonkeyPatch, port: int) -> list[list[int]]:
+    """The port chooser, injected: its first choice gives broker 1's Jolokia agent `port`."""
+    chosen: list[list[int]] = []
+    choose = kafka_cluster._free_ports
+
+    def chooser(count: int) -> list[int]:
+        ports = choose(count)
+        if not chosen:
+            ports[2] = port  # broker 1: listener, controller, Jolokia
+        chosen.append(ports)
+        return ports
+
+    monkeypatch.setattr(kafka_cluster, "_free_ports", chooser)
+    return chosen
+
+
+class _FakeJolokia(http.server.BaseHTTPRequestHandler):
+    """Another process's Jolokia on the port: it answers every read with 3, i.e. RUNNING (and pid 3)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps([{"status": 200, "value": 3}]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("holder", ["a silent socket", "another Jolokia"])
+def test_a_taken_jolokia_port_is_retried_on_new_ports(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, holder: str
+):
+    if holder == "a silent socket":  # accepts connections, never answers
+        server: Any = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+    else:  # answers as a RUNNING broker would: before the fix, the start could take it for its own
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeJolokia)
+        port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    chosen = occupy_jolokia_port(monkeypatch, port)
+    try:
+        with caplog.at_level(logging.WARNING, logger=kafka_cluster.__name__):
+            cluster = KafkaCluster(brokers=1)
+        try:
+            retries = [r.getMessage() for r in caplog.records if "retrying on new ports" in r.getMessage()]
+            assert len(retries) == 1 and f"Jolokia port 127.0.0.1:{port} was taken (" in retries[0]
+            assert len(chosen) == 2 and port not in chosen[1]
+            node = cluster._state.nodes[1]
+            assert node.jolokia_port == chosen[1][2]
+            # Counted by this JVM's own agent: it answers with this JVM's pid.
+            assert cluster._read_value(node, "java.lang:type=Runtime", "Pid") == cluster.pids[1]
+            topic = new_topic_name("after-retry")
+            cluster.create_topic(topic, partitions=1)
+            assert cluster.partition_leaders(topic) == {0: 1}
+        finally:
+            cluster.close()
+    finally:
+        if isinstance(server, socket.socket):
+            server.close()
+        else:
+            server.shutdown()
+            server.server_close()

@@ -41,6 +41,8 @@ __all__ = [
     "KAFKA_LIB_ENV",
     "KAFKA_VERSION",
     "BrokerExitedError",
+    "BrokerStartError",
+    "JolokiaPortTakenError",
     "KafkaCluster",
     "KafkaNotInstalledError",
     "kafka_home",
@@ -91,6 +93,8 @@ _COMMITTED_MBEAN = "kafka.controller:type=KafkaController,name=LastCommittedReco
 _APPLIED_MBEAN = "kafka.server:type=broker-metadata-metrics"
 _APPLIED_ATTRIBUTE = "last-applied-record-offset"
 _RUNNING = 3  # BrokerState RUNNING: registered with the controller and unfenced
+_RUNTIME_MBEAN = "java.lang:type=Runtime"  # its Pid names the JVM that answers on a Jolokia port
+_JOLOKIA_FAILED = "Could not start Jolokia agent"  # what the agent prints when its port is taken
 # Requests the brokers send each other all the time (replication, heartbeats, Raft): counted, but
 # a read does not wait for them to stop.
 _BACKGROUND = frozenset(
@@ -269,10 +273,19 @@ class _Node:
     watchdog: subprocess.Popen[bytes] | None = None
     # Request counts of the JVMs this node ran before (set_down): JMX counters restart at 0.
     carried: Counter[str] = field(default_factory=Counter)
+    stdout_start: int = 0  # where this JVM's output begins in stdout.log (earlier lives' comes before)
 
     @property
     def up(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def stdout_of_this_jvm(self) -> str:
+        try:
+            with open(self.home / "stdout.log", "rb") as out:
+                out.seek(self.stdout_start)
+                return out.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def logs_tail(self) -> str:
         """The end of the JVM's output and of its WARN+ log: errors quote it (close() deletes the files)."""
@@ -294,15 +307,38 @@ class _State:
     closed: bool = False
 
 
-class BrokerExitedError(RuntimeError):
+class BrokerStartError(RuntimeError):
+    """A broker did not start; `bind_failed` when a port chosen for it was taken (start-up retries that)."""
+
+    def __init__(self, node: _Node, message: str, bind_failed: bool) -> None:
+        self.node = node
+        self.bind_failed = bind_failed
+        super().__init__(message)
+
+
+class BrokerExitedError(BrokerStartError):
     """A broker's JVM exited while the cluster waited for it to start."""
 
     def __init__(self, node: _Node, returncode: int) -> None:
-        self.node = node
-        self.bind_failed = any(marker in node.logs_tail() for marker in _BIND_ERRORS)
+        bind_failed = any(marker in node.logs_tail() for marker in _BIND_ERRORS)
         super().__init__(
+            node,
             f"Kafka broker {node.broker_id} exited with code {returncode} while starting"
-            f"{' (a port was taken)' if self.bind_failed else ''}:\n{node.logs_tail()}"
+            f"{' (a port was taken)' if bind_failed else ''}:\n{node.logs_tail()}",
+            bind_failed,
+        )
+
+
+class JolokiaPortTakenError(BrokerStartError):
+    """A broker's Jolokia port was taken: its JVM runs on, but its metrics are unreadable, or another
+    process answers for it. Nothing would ever read the broker as RUNNING: fail now, not at the timeout."""
+
+    def __init__(self, node: _Node, why: str) -> None:
+        super().__init__(
+            node,
+            f"Kafka broker {node.broker_id}: its Jolokia port 127.0.0.1:{node.jolokia_port} was taken "
+            f"({why}):\n{node.logs_tail()}",
+            True,
         )
 
 
@@ -399,10 +435,11 @@ class KafkaCluster:
         try:
             try:
                 self._start()
-            except BrokerExitedError as exc:
+            except BrokerStartError as exc:
                 if not exc.bind_failed:
                     raise
-                log.warning("a Kafka port was taken between choosing and binding it; retrying on new ports")
+                log.warning("a Kafka port was taken between choosing and binding it; retrying on new ports: %s",
+                            str(exc).splitlines()[0])
                 _stop_nodes(list(self._state.nodes.values()), 0)
                 self._admin_client = None
                 self._start()
@@ -531,6 +568,7 @@ class KafkaCluster:
             "kafka.Kafka", str(node.home / "server.properties"),
         ]  # fmt: skip
         with open(node.home / "stdout.log", "ab") as out:
+            node.stdout_start = out.tell()
             node.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=node.home, start_new_session=True,
@@ -555,8 +593,17 @@ class KafkaCluster:
                 rc = node.process.poll()
                 if rc is not None:
                     raise BrokerExitedError(node, rc)
+                # Before reading the port: whoever took it may accept a connection and never answer.
+                if _JOLOKIA_FAILED in node.stdout_of_this_jvm():
+                    raise JolokiaPortTakenError(node, "its agent could not bind it")
                 if self._broker_state(node) == _RUNNING:
-                    del pending[broker_id]
+                    # RUNNING may come from another JVM on that port (another cluster's broker that
+                    # took it first): the agent that answers must be this JVM's.
+                    owner = self._read_value(node, _RUNTIME_MBEAN, "Pid")
+                    if owner is not None and owner != node.process.pid:
+                        raise JolokiaPortTakenError(node, f"process {owner} answers on it")
+                    if owner is not None:
+                        del pending[broker_id]
             if not pending and {n.broker_id for n in nodes} <= self._registered_brokers():
                 self._wait_metadata_applied(deadline, what)
                 return
@@ -793,11 +840,14 @@ class KafkaCluster:
                 self._launch(node)
                 try:
                     self._wait_running([node], deadline, f"within set_up({broker_id}, timeout_s={timeout_s:g})")
-                except BrokerExitedError as exc:
+                except BrokerStartError as exc:
                     _stop_nodes([node], 0)
                     if exc.bind_failed and attempt < 2 and time.monotonic() < deadline:
                         log.warning("Kafka broker %d: its port is still taken; retrying", broker_id)
-                        time.sleep(1.0)
+                        if isinstance(exc, JolokiaPortTakenError):  # only this port may change: clients know the others
+                            node.jolokia_port = _free_ports(1)[0]
+                        else:
+                            time.sleep(1.0)
                         continue
                     raise
                 except BaseException:
