@@ -189,19 +189,11 @@ async def wait_for_times_out(src: Source, timeout: float) -> object:
     return result, status(a)
 
 
-async def wait_for_cancelled_from_inside(src: Source) -> object:
+async def wait_for_cancelled(src: Source, side: str) -> object:
     a = await src.send()
     waiting = asyncio.ensure_future(asyncio.wait_for(a, 60))
     await asyncio.sleep(0)
-    a.cancel()
-    return await outcome(waiting), status(a)
-
-
-async def wait_for_cancelled_from_outside(src: Source) -> object:
-    a = await src.send()
-    waiting = asyncio.ensure_future(asyncio.wait_for(a, 60))
-    await asyncio.sleep(0)
-    waiting.cancel()
+    (a if side == "inside" else waiting).cancel()
     return await outcome(waiting), status(a)
 
 
@@ -355,8 +347,8 @@ SCENARIOS: list[tuple[str, Callable[[Source], Awaitable[object]], object]] = [
     ("wait_for", wait_for_result, ("returns", (0, 0))),
     ("wait_for times out", lambda src: wait_for_times_out(src, 0.01), (("raises", ("TimeoutError", ())), "cancelled")),
     ("wait_for(timeout=0)", lambda src: wait_for_times_out(src, 0), (("raises", ("TimeoutError", ())), "cancelled")),
-    ("wait_for, the Delivery cancelled", wait_for_cancelled_from_inside, (RAISES_CANCELLED, "cancelled")),
-    ("wait_for cancelled", wait_for_cancelled_from_outside, (RAISES_CANCELLED, "cancelled")),
+    ("wait_for, the Delivery cancelled", lambda src: wait_for_cancelled(src, "inside"), (RAISES_CANCELLED, "cancelled")),
+    ("wait_for cancelled", lambda src: wait_for_cancelled(src, "outside"), (RAISES_CANCELLED, "cancelled")),
     ("shield", shield_result, ("returns", (0, 0))),
     ("shield cancelled", shield_cancelled_from_outside, (RAISES_CANCELLED, (0, 0))),
     ("shield, the Delivery cancelled", shield_cancelled_from_inside, (RAISES_CANCELLED, "cancelled")),
