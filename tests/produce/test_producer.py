@@ -65,18 +65,18 @@ def test_unknown_key_raises_listing_valid_keys():
     ("config", "message"),
     [
         ({"broker.linger.ms": "half a second"}, "broker.linger.ms must be a number of milliseconds"),
-        ({"broker.batch.max.bytes": "-10x"}, "broker.batch.max.bytes must be an integer, got '-10x'"),
-        ({"message.max.bytes": 0}, "message.max.bytes must be >= 1, got 0"),
+        ({"broker.batch.max.bytes": "-10x"}, "broker.batch.max.bytes must be an integer in 1..2147483647 (or <= 0: off), got '-10x'"),
+        ({"message.max.bytes": 0}, "message.max.bytes must be an integer in 1000..1000000000, got 0"),
         ({"message.max.bytes": 5000, "max.request.size": 5000}, "message.max.bytes and max.request.size"),
-        ({"max.request.size": -1}, "max.request.size must be >= 1"),
-        ({"batch.size": 0}, "batch.size must be >= 1"),
-        ({"queue.buffering.max.messages": -1}, "queue.buffering.max.messages must be >= 1, got -1"),
+        ({"max.request.size": -1}, "max.request.size must be an integer in 1..2147483647"),
+        ({"batch.size": 0}, "batch.size must be an integer in 1..2147483647"),
+        ({"queue.buffering.max.messages": -1}, "queue.buffering.max.messages must be an integer in 1..2147483647, got -1"),
         ({"acks": 2}, "acks must be one of"),
         ({"enable.idempotence": True, "acks": 1}, "acks must be all when enable.idempotence is true"),
     ],
 )
 def test_bad_values_raise(config, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         BatchingProducer({"bootstrap.servers": "x:1", **config})
 
 
@@ -306,7 +306,7 @@ def test_buffer_limit_applies_backpressure_without_losing_messages(cluster: Mock
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"broker.linger.ms": 10**400}, "broker.linger.ms must be a finite number >= 0"),
+        ({"broker.linger.ms": 10**400}, "broker.linger.ms must be a number of milliseconds in 0..900000"),
         ({"acks": True}, "acks must be one of all, -1, 1, 0; got True"),
         ({"acks": 1.0}, r"acks must be one of all, -1, 1, 0; got 1\.0"),
         ({"acks": False}, "acks must be one of all, -1, 1, 0; got False"),

@@ -4,11 +4,14 @@ librdkafka's own (C34), read from the library confluent-kafka bundles."""
 from __future__ import annotations
 
 import ctypes
+import math
+import re
+import warnings
 
 import pytest
 
 from rebalancer.produce import BatchingProducer, ProducerConfig
-from rebalancer.produce.config import PRODUCER_DEFAULTS, producer_keys
+from rebalancer.produce.config import NUMBER_RANGES, PRODUCER_DEFAULTS, producer_keys
 from rebalancer.testing.mock_cluster import librdkafka_path
 
 # our key -> librdkafka's (global or topic) key where the names differ
@@ -90,11 +93,113 @@ def test_repr_never_shows_a_secret():
     [
         ({"partitioner": "murmur3"}, r"^partitioner must be one of consistent_random, consistent, murmur2_random, "
                                      r"murmur2, random; got 'murmur3'$"),
-        ({"queue.buffering.max.messages": 0}, r"^queue.buffering.max.messages must be >= 1, got 0$"),
+        ({"queue.buffering.max.messages": 0}, r"^queue.buffering.max.messages must be an integer in 1..2147483647, got 0$"),
         ({"sasl.password": "pw"}, r"^sasl.password need security.protocol SASL_PLAINTEXT or SASL_SSL, got PLAINTEXT$"),
-        ({"transaction.timeout.ms": "soon"}, r"^transaction.timeout.ms must be an integer, got 'soon'$"),
+        ({"transaction.timeout.ms": "soon"}, r"^transaction.timeout.ms must be an integer in 1000..2147483647, got 'soon'$"),
     ],
 )  # fmt: skip
 def test_bad_values_name_the_key_and_value(config, message):
     with pytest.raises(ValueError, match=message):
         ProducerConfig.from_dict({"bootstrap.servers": "x:1", **config})
+
+
+# -- issue 42 item 20: librdkafka's ranges, and no fraction for an integer key ----------------------
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "request.timeout.ms must be an integer in 1..900000, got 0"),  # was taken as 0
+        (0.4, "request.timeout.ms must be an integer in 1..900000, got 0.4"),  # was taken as 0
+        (2.7, "request.timeout.ms must be an integer in 1..900000, got 2.7"),  # was cut to 2
+        ("2.7", "request.timeout.ms must be an integer in 1..900000, got '2.7'"),
+        (900_001, "request.timeout.ms must be an integer in 1..900000, got 900001"),
+        (True, "request.timeout.ms must be an integer in 1..900000, got True"),
+    ],
+)
+def test_request_timeout_is_an_integer_in_librdkafkas_range(value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ProducerConfig.from_dict({"bootstrap.servers": "x:1", "request.timeout.ms": value})
+
+
+def numeric_keys() -> set[str]:
+    """Every key ProducerConfig reads as a number: numeric defaults, and the two without a default."""
+    numeric = {k for k, v in PRODUCER_DEFAULTS.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return numeric | {"linger.ms", "max.request.size"}
+
+
+def test_every_numeric_key_has_a_range() -> None:
+    assert set(NUMBER_RANGES) == numeric_keys() and set(NUMBER_RANGES) <= set(producer_keys())
+
+
+def accepted(key: str, value: object) -> ProducerConfig:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # linger.ms alone
+        return ProducerConfig.from_dict({"bootstrap.servers": "x:1", key: value})
+
+
+@pytest.mark.parametrize("key", sorted(NUMBER_RANGES))
+def test_each_numeric_key_takes_its_range_and_nothing_else(key: str) -> None:
+    rule = NUMBER_RANGES[key]
+    kind = "an integer" if rule.integer else "a number of milliseconds"
+    off = " (or <= 0: off)" if rule.off else ""
+    for value in (rule.low, rule.high, str(rule.high), float(rule.low)):
+        accepted(key, value)
+    refused: list[object] = [rule.high + 1, f" {rule.high + 1}"]
+    if not rule.off:
+        refused += [rule.low - 1]
+    if rule.integer:
+        refused += [rule.low + 0.5, f"{rule.low}.5", 1e300]
+    else:
+        accepted(key, rule.low + 0.5)
+    for value in refused:
+        message = f"{key} must be {kind} in {rule.low}..{rule.high}{off}, got {value!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            accepted(key, value)
+
+
+def test_the_parsed_values_are_the_values_given() -> None:
+    cfg = ProducerConfig.from_dict(
+        {"bootstrap.servers": "x:1", "request.timeout.ms": 30000.0, "retry.backoff.ms": " 7 ",
+         "sticky.partitioning.linger.ms": 0, "transaction.timeout.ms": 1000, "metadata.max.age.ms": "86400000"}
+    )  # fmt: skip
+    assert (cfg.request_timeout_ms, cfg.retry_backoff_ms, cfg.sticky_linger_ms) == (30000, 7, 0)
+    assert (cfg.transaction_timeout_ms, cfg.metadata_max_age_ms) == (1000, 86_400_000)
+    assert all(type(v) is int for v in (cfg.request_timeout_ms, cfg.retry_backoff_ms, cfg.sticky_linger_ms))
+    # 0 is no limit, as librdkafka's message.timeout.ms: a batch never expires.
+    assert ProducerConfig.from_dict({"bootstrap.servers": "x:1", "delivery.timeout.ms": 0}).delivery_timeout_ms == math.inf
+
+
+# Where NUMBER_RANGES differs from librdkafka, on purpose (config.py's comments say why).
+NOT_LIBRDKAFKAS = {"max.request.size", "queue.buffering.max.messages", "broker.linger.ms",
+                   "broker.batch.max.partitions", "broker.batch.max.bytes"}  # fmt: skip
+
+
+def librdkafka_ranges(tmp_path) -> dict[str, tuple[int, int, str]]:
+    """{key: (low, high, type)} from the bundled librdkafka's own property table."""
+    lib = ctypes.CDLL(librdkafka_path())
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    lib.rd_kafka_conf_properties_show.argtypes = [ctypes.c_void_p]
+    path = tmp_path / "properties.txt"
+    stream = libc.fopen(str(path).encode(), b"w")
+    lib.rd_kafka_conf_properties_show(stream)
+    libc.fclose(stream)
+    out: dict[str, tuple[int, int, str]] = {}
+    for line in path.read_text().splitlines():
+        row = re.match(r"^(\S+)\s*\|[^|]*\|\s*(-?\d+) \.\. (\d+)\s*\|.*\*Type: (\w+)\*", line)
+        if row:
+            out[row[1]] = (int(row[2]), int(row[3]), row[4])
+    return out
+
+
+def test_the_ranges_are_librdkafkas(tmp_path) -> None:
+    theirs = librdkafka_ranges(tmp_path)
+    ours = {
+        key: (rule.low, rule.high, "integer" if rule.integer else "float")
+        for key, rule in NUMBER_RANGES.items()
+        if key not in NOT_LIBRDKAFKAS
+    }
+    assert ours == {key: theirs[key] for key in ours}
+    assert theirs["queue.buffering.max.messages"] == (0, 2**31 - 1, "integer")  # ours starts at 1
+    assert "max.request.size" not in theirs

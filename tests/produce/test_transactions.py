@@ -75,7 +75,7 @@ def txn_config(cluster: MockKafkaCluster, txn_id: str, **extra: object) -> dict[
         ({"enable.idempotence": False}, "transactional.id needs enable.idempotence=true"),
         ({"acks": 1}, "acks must be all when transactional.id is set, got 1"),
         ({"transactional.id": ""}, "transactional.id must be a non-empty string, got ''"),
-        ({"transaction.timeout.ms": 0}, "transaction.timeout.ms must be >= 1, got 0"),
+        ({"transaction.timeout.ms": 0}, "transaction.timeout.ms must be an integer in 1000..2147483647, got 0"),
     ],
 )
 def test_bad_transactional_config_raises(extra, message):

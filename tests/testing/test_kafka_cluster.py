@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from rebalancer.testing import KafkaCluster
+from rebalancer.testing import KafkaCluster, kafka_cluster
 from rebalancer.testing.kafka_cluster import KAFKA_API_KEYS, KAFKA_VERSION, KafkaNotInstalledError
 
 pytestmark = pytest.mark.kafka_real
@@ -113,9 +119,9 @@ def test_arguments_are_checked_before_any_jvm_starts(tmp_path: Path, monkeypatch
 
 
 def test_arguments_and_mock_only_features(kafka_real_cluster: KafkaCluster):
-    with pytest.raises(ValueError, match="partitions must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"^partitions must be an int in 1\.\.2147483647, got 0 \(int\)$"):
         kafka_real_cluster.create_topic("zero", partitions=0)
-    with pytest.raises(ValueError, match=r"replication_factor must be in 1\.\.3, got 4"):
+    with pytest.raises(ValueError, match=r"^replication_factor must be an int in 1\.\.3, got 4 \(int\)$"):
         kafka_real_cluster.create_topic("rf4", partitions=1, replication_factor=4)
     with pytest.raises(ValueError, match=r"broker_id must be in 1\.\.3, got 7"):
         kafka_real_cluster.set_down(7)
@@ -285,3 +291,134 @@ def test_a_killed_interpreter_leaves_no_broker_behind():
         assert wait_gone(info["pids"], timeout_s=15) == []
     finally:
         shutil.rmtree(info["dir"], ignore_errors=True)  # nothing ran to remove it
+
+
+# -- issue 42 item 11: a forked child must not keep a SIGKILLed owner's brokers alive -----------------
+_START_FORK_AND_REPORT = """
+import json, os, time
+from rebalancer.testing import KafkaCluster
+cluster = KafkaCluster(brokers=1)
+child = os.fork()
+if child == 0:  # alive and idle, holding a copy of everything the owner had open
+    time.sleep(600)
+    os._exit(0)
+print(json.dumps({"pids": list(cluster.started_pids), "jvms": list(cluster.pids.values()),
+                  "dir": str(cluster.data_dir), "child": child}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_with_a_live_forked_child_leaves_no_broker_behind():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _START_FORK_AND_REPORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    info: dict = {}
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        info = json.loads(line)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert alive(info["child"])  # the fork outlives its parent: what kept the watchdog's pipe open
+        # Before the fix the JVM ran on as long as the child did; a process exit is given a generous bound.
+        assert wait_gone(info["pids"], timeout_s=60) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in info.get("jvms", []):  # whatever the outcome, nothing of this test runs on
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if info.get("child"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info["child"], signal.SIGKILL)
+        shutil.rmtree(info.get("dir", "/nonexistent"), ignore_errors=True)
+
+
+def test_a_fork_closes_its_copy_of_the_watchdog_pipes():
+    """The fallback where pidfd_open is missing: a child of os.fork() holds no watchdog pipe."""
+    with KafkaCluster(brokers=1) as cluster:
+        pipes = [n.watchdog.stdin for n in cluster._state.nodes.values() if n.watchdog and n.watchdog.stdin]
+        assert len(pipes) == 1 and not os.get_inheritable(pipes[0].fileno())  # close-on-exec
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.write(write_end, b"1" if all(p.closed for p in pipes) else b"0")
+            os._exit(0)
+        os.close(write_end)
+        assert os.read(read_end, 1) == b"1"
+        os.close(read_end)
+        os.waitpid(child, 0)
+        assert not any(p.closed for p in pipes)  # the owner's own copies stay open
+
+
+# -- issue 42 item 10: a port taken between choosing and binding, Jolokia's included ----------------
+def occupy_jolokia_port(monkeypatch: pytest.MonkeyPatch, port: int) -> list[list[int]]:
+    """The port chooser, injected: its first choice gives broker 1's Jolokia agent `port`."""
+    chosen: list[list[int]] = []
+    choose = kafka_cluster._free_ports
+
+    def chooser(count: int) -> list[int]:
+        ports = choose(count)
+        if not chosen:
+            ports[2] = port  # broker 1: listener, controller, Jolokia
+        chosen.append(ports)
+        return ports
+
+    monkeypatch.setattr(kafka_cluster, "_free_ports", chooser)
+    return chosen
+
+
+class _FakeJolokia(http.server.BaseHTTPRequestHandler):
+    """Another process's Jolokia on the port: it answers every read with 3, i.e. RUNNING (and pid 3)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps([{"status": 200, "value": 3}]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("holder", ["a silent socket", "another Jolokia"])
+def test_a_taken_jolokia_port_is_retried_on_new_ports(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, holder: str
+):
+    if holder == "a silent socket":  # accepts connections, never answers
+        server: Any = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+    else:  # answers as a RUNNING broker would: before the fix, the start could take it for its own
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeJolokia)
+        port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    chosen = occupy_jolokia_port(monkeypatch, port)
+    try:
+        with caplog.at_level(logging.WARNING, logger=kafka_cluster.__name__):
+            cluster = KafkaCluster(brokers=1)
+        try:
+            retries = [r.getMessage() for r in caplog.records if "retrying on new ports" in r.getMessage()]
+            assert len(retries) == 1 and f"Jolokia port 127.0.0.1:{port} was taken (" in retries[0]
+            assert len(chosen) == 2 and port not in chosen[1]
+            node = cluster._state.nodes[1]
+            assert node.jolokia_port == chosen[1][2]
+            # Counted by this JVM's own agent: it answers with this JVM's pid.
+            assert cluster._read_value(node, "java.lang:type=Runtime", "Pid") == cluster.pids[1]
+            topic = new_topic_name("after-retry")
+            cluster.create_topic(topic, partitions=1)
+            assert cluster.partition_leaders(topic) == {0: 1}
+        finally:
+            cluster.close()
+    finally:
+        if isinstance(server, socket.socket):
+            server.close()
+        else:
+            server.shutdown()
+            server.server_close()

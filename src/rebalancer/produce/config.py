@@ -25,13 +25,17 @@ from rebalancer._secrets import is_secret_key as _is_secret_key
 __all__ = [
     "COLLECTOR_DEFAULTS",
     "COLLECTOR_KEYS",
+    "NUMBER_RANGES",
     "PARTITIONERS",
     "PRODUCER_DEFAULTS",
     "SECRET_KEY_WORDS",
     "CollectorConfig",
+    "NumberRange",
     "ProducerConfig",
     "check_known_keys",
+    "int_setting",
     "is_secret_key",
+    "ms_setting",
     "parse_bool",
     "parse_int",
     "parse_ms",
@@ -101,45 +105,105 @@ def check_known_keys(config: Mapping[str, object], valid: Iterable[str]) -> None
         )
 
 
-def parse_ms(key: str, value: object) -> float:
-    """A non-negative, finite number of milliseconds (numeric strings accepted, as librdkafka does)."""
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class NumberRange:
+    """The values a numeric key takes: an integer (no fraction) or a number of milliseconds, in low..high."""
+
+    low: int
+    high: int
+    integer: bool = True
+    off: bool = False  # any value <= 0 turns it off (-1): the seed applies its thresholds "if > 0"
+
+
+# Every numeric key ProducerConfig takes, with its range. librdkafka's keys have librdkafka's range
+# and type (2.16.0's CONFIGURATION.md; tests/produce/test_producer_config.py compares this table
+# with the bundled library's own), except where the comment says why not.
+NUMBER_RANGES: dict[str, NumberRange] = {
+    "transaction.timeout.ms": NumberRange(1000, INT32_MAX),
+    "request.timeout.ms": NumberRange(1, 900_000),
+    "retry.backoff.ms": NumberRange(1, 300_000),
+    "delivery.timeout.ms": NumberRange(0, INT32_MAX),  # 0: no limit, as librdkafka's message.timeout.ms
+    "metadata.max.age.ms": NumberRange(1, 86_400_000),
+    # librdkafka: 0..; its 0 lifts the limit, which here is the only bound on memory (no .kbytes)
+    "queue.buffering.max.messages": NumberRange(1, INT32_MAX),
+    "batch.size": NumberRange(1, INT32_MAX),
+    "message.max.bytes": NumberRange(1000, 1_000_000_000),
+    "max.request.size": NumberRange(1, INT32_MAX),  # the Java client's key: an int, and 0 holds nothing
+    "max.in.flight.requests.per.connection": NumberRange(1, 1_000_000),
+    "sticky.partitioning.linger.ms": NumberRange(0, 900_000),
+    "linger.ms": NumberRange(0, 900_000, integer=False),
+    # Ours: the per-broker linger takes linger.ms's range; the thresholds are int32 sizes.
+    "broker.linger.ms": NumberRange(0, 900_000, integer=False),
+    "broker.batch.max.partitions": NumberRange(1, INT32_MAX, off=True),
+    "broker.batch.max.bytes": NumberRange(1, INT32_MAX, off=True),
+}
+
+
+def parse_ms(key: str, value: object, *, maximum: float = math.inf) -> float:
+    """A number of milliseconds in 0..`maximum` (numeric strings accepted, as librdkafka does)."""
+    if math.isfinite(maximum):
+        problem = f"{key} must be a number of milliseconds in 0..{maximum:g}, got {_shown(key, value)}"
+    else:
+        problem = f"{key} must be a finite number of milliseconds >= 0, got {_shown(key, value)}"
     if isinstance(value, str):
         try:  # not float(): it takes "1_5" as 15.0 and non-ASCII digits
             number = parse_float(value, field=key, finite=False)
         except ValueError:
-            raise ValueError(f"{key} must be a number of milliseconds, got {_shown(key, value)}") from None
+            raise ValueError(problem) from None
     elif isinstance(value, int | float) and not isinstance(value, bool):
         try:
             number = float(value)
         except OverflowError:  # an int beyond float range (10**400) is not a finite number either
-            raise ValueError(f"{key} must be a finite number >= 0, got {_shown(key, value)}") from None
+            raise ValueError(problem) from None
     else:
-        raise ValueError(f"{key} must be a number of milliseconds, got {_shown(key, value)}")
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{key} must be a finite number >= 0, got {_shown(key, value)}")
+        raise ValueError(problem)
+    if not math.isfinite(number) or not 0 <= number <= maximum:
+        raise ValueError(problem)
     return number
 
 
-def parse_int(key: str, value: object, *, minimum: int, allow_off: bool = False) -> int:
-    """An integer >= `minimum`, or -1 (off) for any value <= 0 when `allow_off` (the seed applies its
-    thresholds "if > 0", so 0 is off too); a string is decimal digits with an optional sign (not
-    isdigit(): it is true for '²', and lstrip("-") let '--5' through)."""
+def parse_int(key: str, value: object, *, minimum: int, maximum: int = INT32_MAX, allow_off: bool = False) -> int:
+    """An integer in `minimum`..`maximum` (a float only without a fraction: 2.7 is refused, not cut to
+    2), or -1 (off) for any value <= 0 when `allow_off`. A string is decimal digits with an optional
+    sign (not isdigit(): it is true for '²', and lstrip("-") let '--5' through)."""
+    off = " (or <= 0: off)" if allow_off else ""
+    problem = f"{key} must be an integer in {minimum}..{maximum}{off}, got {_shown(key, value)}"
     number: int
     if isinstance(value, bool):
-        raise ValueError(f"{key} must be an integer, got {_shown(key, value)}")
+        raise ValueError(problem)
     if isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
     elif isinstance(value, str):
-        number = parse_decimal(value, field=key, secret=is_secret_key(key))
+        try:
+            number = parse_decimal(value, field=key, secret=is_secret_key(key))
+        except ValueError:
+            raise ValueError(problem) from None
     else:
-        raise ValueError(f"{key} must be an integer, got {_shown(key, value)}")
+        raise ValueError(problem)
     if allow_off and number <= 0:
         return -1
-    if number < minimum:
-        raise ValueError(f"{key} must be >= {minimum}, got {_shown(key, value)}")
+    if not minimum <= number <= maximum:
+        raise ValueError(problem)
     return number
+
+
+def int_setting(key: str, value: object) -> int:
+    """`value` of the integer key `key`, checked against NUMBER_RANGES."""
+    rule = NUMBER_RANGES[key]
+    assert rule.integer, key
+    return parse_int(key, value, minimum=rule.low, maximum=rule.high, allow_off=rule.off)
+
+
+def ms_setting(key: str, value: object) -> float:
+    """`value` of the milliseconds key `key` (fractions allowed), checked against NUMBER_RANGES."""
+    rule = NUMBER_RANGES[key]
+    assert not rule.integer and rule.low == 0, key
+    return parse_ms(key, value, maximum=rule.high)
 
 
 def parse_bool(key: str, value: object) -> bool:
@@ -158,7 +222,7 @@ def _request_size(config: Mapping[str, object]) -> int:
             f"set one, got {config['message.max.bytes']!r} and {config['max.request.size']!r}"
         )
     key = "max.request.size" if "max.request.size" in config else "message.max.bytes"
-    return parse_int(key, config.get(key, PRODUCER_DEFAULTS["message.max.bytes"]), minimum=1)
+    return int_setting(key, config.get(key, PRODUCER_DEFAULTS["message.max.bytes"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +247,10 @@ class CollectorConfig:
         config = dict(config or {})
         check_known_keys(config, COLLECTOR_KEYS)
         merged = {**COLLECTOR_DEFAULTS, **config}
-        broker_linger = parse_ms("broker.linger.ms", merged["broker.linger.ms"])
+        broker_linger = ms_setting("broker.linger.ms", merged["broker.linger.ms"])
         legacy: float | None = None
         if "linger.ms" in config:
-            legacy_value = parse_ms("linger.ms", config["linger.ms"])
+            legacy_value = ms_setting("linger.ms", config["linger.ms"])
             if "broker.linger.ms" in config:
                 warnings.warn(
                     "both linger.ms and broker.linger.ms are set; broker.linger.ms wins "
@@ -204,20 +268,11 @@ class CollectorConfig:
                 legacy = legacy_value
         return cls(
             broker_linger_ms=broker_linger,
-            batch_max_partitions=parse_int(
-                "broker.batch.max.partitions",
-                merged["broker.batch.max.partitions"],
-                minimum=1,
-                allow_off=True,
-            ),
-            batch_max_bytes=parse_int(
-                "broker.batch.max.bytes", merged["broker.batch.max.bytes"], minimum=1, allow_off=True
-            ),
+            batch_max_partitions=int_setting("broker.batch.max.partitions", merged["broker.batch.max.partitions"]),
+            batch_max_bytes=int_setting("broker.batch.max.bytes", merged["broker.batch.max.bytes"]),
             max_request_size=_request_size(config),
-            max_in_flight=parse_int(
-                "max.in.flight.requests.per.connection",
-                merged["max.in.flight.requests.per.connection"],
-                minimum=1,
+            max_in_flight=int_setting(
+                "max.in.flight.requests.per.connection", merged["max.in.flight.requests.per.connection"]
             ),
             adaptive=parse_bool("broker.adaptive", merged["broker.adaptive"]),
             legacy_linger_ms=legacy,
@@ -286,13 +341,13 @@ class ProducerConfig:
     transaction_timeout_ms: int
     request_timeout_ms: int
     retry_backoff_ms: int
-    delivery_timeout_ms: float
+    delivery_timeout_ms: float  # inf for delivery.timeout.ms=0 (no limit, as in librdkafka)
     metadata_max_age_ms: int
     max_outstanding: int  # queue.buffering.max.messages
     compression: int  # aiokafka's codec id
     batch_size: int  # capped at the request size
     partitioner: str
-    sticky_linger_ms: float
+    sticky_linger_ms: int
     collector: CollectorConfig
     security: SecuritySettings
 
@@ -328,18 +383,16 @@ class ProducerConfig:
             acks=acks,
             idempotent=idempotent,
             transactional_id=transactional_id,
-            transaction_timeout_ms=parse_int("transaction.timeout.ms", merged["transaction.timeout.ms"], minimum=1),
-            request_timeout_ms=int(parse_ms("request.timeout.ms", merged["request.timeout.ms"])),
-            retry_backoff_ms=int(parse_ms("retry.backoff.ms", merged["retry.backoff.ms"])),
-            delivery_timeout_ms=parse_ms("delivery.timeout.ms", merged["delivery.timeout.ms"]),
-            metadata_max_age_ms=int(parse_ms("metadata.max.age.ms", merged["metadata.max.age.ms"])),
-            max_outstanding=parse_int(
-                "queue.buffering.max.messages", merged["queue.buffering.max.messages"], minimum=1
-            ),
+            transaction_timeout_ms=int_setting("transaction.timeout.ms", merged["transaction.timeout.ms"]),
+            request_timeout_ms=int_setting("request.timeout.ms", merged["request.timeout.ms"]),
+            retry_backoff_ms=int_setting("retry.backoff.ms", merged["retry.backoff.ms"]),
+            delivery_timeout_ms=int_setting("delivery.timeout.ms", merged["delivery.timeout.ms"]) or math.inf,
+            metadata_max_age_ms=int_setting("metadata.max.age.ms", merged["metadata.max.age.ms"]),
+            max_outstanding=int_setting("queue.buffering.max.messages", merged["queue.buffering.max.messages"]),
             compression=_parse_compression(merged["compression.type"]),
-            batch_size=min(parse_int("batch.size", merged["batch.size"], minimum=1), collector.max_request_size),
+            batch_size=min(int_setting("batch.size", merged["batch.size"]), collector.max_request_size),
             partitioner=_parse_partitioner(merged["partitioner"]),
-            sticky_linger_ms=parse_ms("sticky.partitioning.linger.ms", merged["sticky.partitioning.linger.ms"]),
+            sticky_linger_ms=int_setting("sticky.partitioning.linger.ms", merged["sticky.partitioning.linger.ms"]),
             collector=collector,
             security=SecuritySettings.from_dict({k: v for k, v in config.items() if k in SECURITY_KEYS}),
         )

@@ -6,7 +6,11 @@ garbage collector walking every one of them while they waited. A `Delivery` is t
 batch, its index in it) and resolves with its batch's one future: nothing per message happens on
 the ack, and a caller that drops it leaves nothing alive. Awaiting, `done()`, `result()`,
 `exception()`, `cancel()` and done callbacks behave as an asyncio.Future's do; `asyncio.isfuture`
-is true, so `asyncio.wait`, `gather`, `shield` and `wait_for` take it as they take a future.
+is true, so every asyncio function that takes a future takes it (gather, wait, wait_for, shield,
+as_completed, ensure_future, a Task awaiting it, TaskGroup). `gather` also reads two private
+members of its children, `_cancel_message` and `_make_cancelled_error()` (CPython's tasks.py):
+both are here, with asyncio.Future's meaning; tests/produce/test_delivery_asyncio.py holds every
+one of those functions to it, cancelled from either side.
 
 Single-threaded like asyncio itself: every method runs on the producer's event loop.
 """
@@ -61,7 +65,8 @@ class Delivery:
         return self._cancelled is not None or self.batch.future.done()
 
     def cancelled(self) -> bool:
-        return self._cancelled is not None
+        # The producer never cancels a batch's future; if something did, its messages are cancelled.
+        return self._cancelled is not None or self.batch.future.cancelled()
 
     def result(self) -> tuple[int, int]:
         """(partition, offset); offset -1 with acks=0. Raises the message's error, or InvalidStateError."""
@@ -84,10 +89,22 @@ class Delivery:
             raise asyncio.InvalidStateError("Exception is not set.")
         return None if future.exception() is None else self._own_error()
 
+    @property
+    def _cancel_message(self) -> object:
+        """The message given to `cancel()` (None without one): gather puts it in the CancelledError
+        it returns for a cancelled child under return_exceptions=True."""
+        cancelled = self._cancelled
+        return cancelled.args[0] if cancelled is not None and cancelled.args else None
+
     def _make_cancelled_error(self) -> asyncio.CancelledError:
-        """What asyncio.gather asks a cancelled child for (asyncio.Future's own helper)."""
-        assert self._cancelled is not None
-        return copy.copy(self._cancelled)
+        """The CancelledError to raise for this message (asyncio.Future's own helper).
+
+        gather calls it on a child that is not cancelled too (when the gather itself was cancelled,
+        on whichever child finished last), so it never assumes a cancellation.
+        """
+        if self._cancelled is not None:
+            return copy.copy(self._cancelled)
+        return asyncio.CancelledError()
 
     def _own_error(self) -> BaseException:
         # Each message raises its own copy, as aiokafka's per-message futures did: one exception
@@ -126,8 +143,9 @@ class Delivery:
         self._callbacks.append((fn, relay, context))
 
     def remove_done_callback(self, fn: Callable[[Delivery], object]) -> int:
+        """How many registrations of `fn` were removed: 0 once resolved (they are scheduled), as for a Future."""
         callbacks = self._callbacks
-        if not callbacks:
+        if not callbacks or self.done():
             return 0
         removed = 0
         for item in [item for item in callbacks if item[0] == fn]:

@@ -31,7 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
+
+from rebalancer.testing._checks import check_broker_id, check_brokers, check_seconds, check_topic
 
 __all__ = [
     "FETCH_COMMAND",
@@ -39,6 +41,8 @@ __all__ = [
     "KAFKA_LIB_ENV",
     "KAFKA_VERSION",
     "BrokerExitedError",
+    "BrokerStartError",
+    "JolokiaPortTakenError",
     "KafkaCluster",
     "KafkaNotInstalledError",
     "kafka_home",
@@ -89,6 +93,8 @@ _COMMITTED_MBEAN = "kafka.controller:type=KafkaController,name=LastCommittedReco
 _APPLIED_MBEAN = "kafka.server:type=broker-metadata-metrics"
 _APPLIED_ATTRIBUTE = "last-applied-record-offset"
 _RUNNING = 3  # BrokerState RUNNING: registered with the controller and unfenced
+_RUNTIME_MBEAN = "java.lang:type=Runtime"  # its Pid names the JVM that answers on a Jolokia port
+_JOLOKIA_FAILED = "Could not start Jolokia agent"  # what the agent prints when its port is taken
 # Requests the brokers send each other all the time (replication, heartbeats, Raft): counted, but
 # a read does not wait for them to stop.
 _BACKGROUND = frozenset(
@@ -100,16 +106,40 @@ _BIND_ERRORS = ("BindException", "Address already in use")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # Started beside every JVM, in its own session: when the Python process that started the broker
-# dies without cleaning up (SIGKILL, SIGTERM without a handler), the pipe it holds closes, `read()`
-# returns and the broker's whole process group is killed.
+# dies without cleaning up (SIGKILL, SIGTERM without a handler), the broker's whole process group is
+# killed. It watches the owner's pid through a pidfd, which becomes readable when that process
+# exits, whatever else holds a copy of the owner's files: a pipe alone never closed while a child
+# the owner had forked was alive. Without pidfd_open (Linux < 5.3), the pipe on its stdin is the
+# signal, and _close_pipes_in_child keeps forked children from holding its write end.
 _WATCHDOG = (
-    "import os, signal, sys\n"
-    "sys.stdin.buffer.read()\n"
+    "import os, select, signal, sys\n"
+    "group, owner = int(sys.argv[1]), int(sys.argv[2])\n"
+    "poller = select.poll()\n"
+    "poller.register(0, select.POLLIN)\n"
     "try:\n"
-    "    os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+    "    poller.register(os.pidfd_open(owner), select.POLLIN)\n"
+    "except (AttributeError, OSError):\n"
+    "    pass\n"
+    "if os.getppid() == owner:\n"  # else the owner died before the pidfd was opened: kill now
+    "    poller.poll()\n"
+    "try:\n"
+    "    os.killpg(group, signal.SIGKILL)\n"
     "except OSError:\n"
     "    pass\n"
 )
+# The write ends of the live watchdogs' pipes, closed in every child os.fork() makes: a fork must
+# not keep its parent's brokers alive. (subprocess's pipes are close-on-exec already.)
+_WATCHDOG_PIPES: weakref.WeakSet[IO[bytes]] = weakref.WeakSet()
+
+
+def _close_pipes_in_child() -> None:
+    for pipe in list(_WATCHDOG_PIPES):
+        with contextlib.suppress(OSError):
+            pipe.close()
+    _WATCHDOG_PIPES.clear()
+
+
+os.register_at_fork(after_in_child=_close_pipes_in_child)
 
 _LOG4J2 = """\
 # Written by rebalancer.testing.KafkaCluster: the broker's WARN and ERROR lines, to one file.
@@ -243,10 +273,19 @@ class _Node:
     watchdog: subprocess.Popen[bytes] | None = None
     # Request counts of the JVMs this node ran before (set_down): JMX counters restart at 0.
     carried: Counter[str] = field(default_factory=Counter)
+    stdout_start: int = 0  # where this JVM's output begins in stdout.log (earlier lives' comes before)
 
     @property
     def up(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def stdout_of_this_jvm(self) -> str:
+        try:
+            with open(self.home / "stdout.log", "rb") as out:
+                out.seek(self.stdout_start)
+                return out.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def logs_tail(self) -> str:
         """The end of the JVM's output and of its WARN+ log: errors quote it (close() deletes the files)."""
@@ -268,15 +307,38 @@ class _State:
     closed: bool = False
 
 
-class BrokerExitedError(RuntimeError):
+class BrokerStartError(RuntimeError):
+    """A broker did not start; `bind_failed` when a port chosen for it was taken (start-up retries that)."""
+
+    def __init__(self, node: _Node, message: str, bind_failed: bool) -> None:
+        self.node = node
+        self.bind_failed = bind_failed
+        super().__init__(message)
+
+
+class BrokerExitedError(BrokerStartError):
     """A broker's JVM exited while the cluster waited for it to start."""
 
     def __init__(self, node: _Node, returncode: int) -> None:
-        self.node = node
-        self.bind_failed = any(marker in node.logs_tail() for marker in _BIND_ERRORS)
+        bind_failed = any(marker in node.logs_tail() for marker in _BIND_ERRORS)
         super().__init__(
+            node,
             f"Kafka broker {node.broker_id} exited with code {returncode} while starting"
-            f"{' (a port was taken)' if self.bind_failed else ''}:\n{node.logs_tail()}"
+            f"{' (a port was taken)' if bind_failed else ''}:\n{node.logs_tail()}",
+            bind_failed,
+        )
+
+
+class JolokiaPortTakenError(BrokerStartError):
+    """A broker's Jolokia port was taken: its JVM runs on, but its metrics are unreadable, or another
+    process answers for it. Nothing would ever read the broker as RUNNING: fail now, not at the timeout."""
+
+    def __init__(self, node: _Node, why: str) -> None:
+        super().__init__(
+            node,
+            f"Kafka broker {node.broker_id}: its Jolokia port 127.0.0.1:{node.jolokia_port} was taken "
+            f"({why}):\n{node.logs_tail()}",
+            True,
         )
 
 
@@ -348,10 +410,10 @@ class KafkaCluster:
         lib_dir: str | os.PathLike[str] | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
-        if not isinstance(brokers, int) or isinstance(brokers, bool) or brokers < 1:
-            raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
-        if start_timeout_s <= 0:
-            raise ValueError(f"start_timeout_s must be > 0, got {start_timeout_s}")
+        check_brokers(brokers)  # the checks MockKafkaCluster makes too (testing/_checks.py)
+        check_seconds("start_timeout_s", start_timeout_s)
+        if isinstance(jvm_options, str):  # list("-Xss1m") would pass it one character at a time
+            raise ValueError(f"jvm_options must be a sequence of options, not one str, got {jvm_options!r}")
         self.brokers = brokers
         self._lib = Path(lib_dir) if lib_dir is not None else kafka_lib_dir()
         self.version: str = _jar_version(self._lib)
@@ -373,10 +435,11 @@ class KafkaCluster:
         try:
             try:
                 self._start()
-            except BrokerExitedError as exc:
+            except BrokerStartError as exc:
                 if not exc.bind_failed:
                     raise
-                log.warning("a Kafka port was taken between choosing and binding it; retrying on new ports")
+                log.warning("a Kafka port was taken between choosing and binding it; retrying on new ports: %s",
+                            str(exc).splitlines()[0])
                 _stop_nodes(list(self._state.nodes.values()), 0)
                 self._admin_client = None
                 self._start()
@@ -505,16 +568,19 @@ class KafkaCluster:
             "kafka.Kafka", str(node.home / "server.properties"),
         ]  # fmt: skip
         with open(node.home / "stdout.log", "ab") as out:
+            node.stdout_start = out.tell()
             node.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=node.home, start_new_session=True,
             )  # fmt: skip
         self._state.started_pids.append(node.process.pid)
         node.watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(node.process.pid)],
+            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(node.process.pid), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
+        assert node.watchdog.stdin is not None
+        _WATCHDOG_PIPES.add(node.watchdog.stdin)
         self._state.started_pids.append(node.watchdog.pid)
         log.debug("Kafka broker %d: pid %d, port %d", node.broker_id, node.process.pid, node.port)
 
@@ -527,8 +593,17 @@ class KafkaCluster:
                 rc = node.process.poll()
                 if rc is not None:
                     raise BrokerExitedError(node, rc)
+                # Before reading the port: whoever took it may accept a connection and never answer.
+                if _JOLOKIA_FAILED in node.stdout_of_this_jvm():
+                    raise JolokiaPortTakenError(node, "its agent could not bind it")
                 if self._broker_state(node) == _RUNNING:
-                    del pending[broker_id]
+                    # RUNNING may come from another JVM on that port (another cluster's broker that
+                    # took it first): the agent that answers must be this JVM's.
+                    owner = self._read_value(node, _RUNTIME_MBEAN, "Pid")
+                    if owner is not None and owner != node.process.pid:
+                        raise JolokiaPortTakenError(node, f"process {owner} answers on it")
+                    if owner is not None:
+                        del pending[broker_id]
             if not pending and {n.broker_id for n in nodes} <= self._registered_brokers():
                 self._wait_metadata_applied(deadline, what)
                 return
@@ -603,6 +678,7 @@ class KafkaCluster:
         A clean stop gains nothing for data that is deleted next, and the last broker of a quorum
         waits 5 s for Raft peers that are already gone: hence a short grace.
         """
+        check_seconds("grace_s", grace_s, zero=True)
         with self._lock:
             self._state.grace_s = grace_s
             self._admin_client = None
@@ -646,9 +722,7 @@ class KafkaCluster:
 
     def _node(self, broker_id: int) -> _Node:
         self._check_open()
-        if not isinstance(broker_id, int) or isinstance(broker_id, bool) or not 1 <= broker_id <= self.brokers:
-            raise ValueError(f"broker_id must be in 1..{self.brokers}, got {broker_id!r}")
-        return self._state.nodes[broker_id]
+        return self._state.nodes[check_broker_id(broker_id, self.brokers)]
 
     def is_up(self, broker_id: int) -> bool:
         return self._node(broker_id).up
@@ -666,12 +740,8 @@ class KafkaCluster:
         from confluent_kafka.admin import NewTopic
 
         self._check_open()
-        if not name:
-            raise ValueError(f"topic name must be non-empty, got {name!r}")
-        if partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {partitions}")
-        if not 1 <= replication_factor <= self.brokers:
-            raise ValueError(f"replication_factor must be in 1..{self.brokers}, got {replication_factor}")
+        check_topic(name, partitions, replication_factor, self.brokers)
+        check_seconds("timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         topic = NewTopic(
             name, num_partitions=partitions, replication_factor=replication_factor,
@@ -713,6 +783,7 @@ class KafkaCluster:
         from confluent_kafka import KafkaException
 
         self._check_open()
+        check_seconds("timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         behind: list[str] = ["(metadata not read yet)"]
         while True:
@@ -759,6 +830,7 @@ class KafkaCluster:
 
     def set_up(self, broker_id: int, timeout_s: float = 120.0) -> None:
         """Restart broker `broker_id` on its ports and log dirs; returns once it is RUNNING and in the metadata."""
+        check_seconds("timeout_s", timeout_s)
         with self._lock:
             node = self._node(broker_id)
             if node.up:
@@ -768,11 +840,14 @@ class KafkaCluster:
                 self._launch(node)
                 try:
                     self._wait_running([node], deadline, f"within set_up({broker_id}, timeout_s={timeout_s:g})")
-                except BrokerExitedError as exc:
+                except BrokerStartError as exc:
                     _stop_nodes([node], 0)
                     if exc.bind_failed and attempt < 2 and time.monotonic() < deadline:
                         log.warning("Kafka broker %d: its port is still taken; retrying", broker_id)
-                        time.sleep(1.0)
+                        if isinstance(exc, JolokiaPortTakenError):  # only this port may change: clients know the others
+                            node.jolokia_port = _free_ports(1)[0]
+                        else:
+                            time.sleep(1.0)
                         continue
                     raise
                 except BaseException:

@@ -16,6 +16,15 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import NamedTuple
 
+from rebalancer.testing._checks import (
+    INT32_MAX,
+    check_broker_id,
+    check_brokers,
+    check_int,
+    check_topic,
+    check_topic_name,
+)
+
 __all__ = [
     "ADD_PARTITIONS_TO_TXN_API_KEY",
     "API_KEYS",
@@ -130,8 +139,7 @@ class MockKafkaCluster:
     """
 
     def __init__(self, brokers: int = 3) -> None:
-        if not isinstance(brokers, int) or brokers < 1:
-            raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
+        check_brokers(brokers)  # KafkaCluster's own check (testing/_checks.py): True is not a count
         self._lib = _load()
         self.brokers = brokers
         errstr = ctypes.create_string_buffer(512)
@@ -187,23 +195,20 @@ class MockKafkaCluster:
             raise ValueError(f"{what} failed: {msg} (error {err})")
 
     def _check_broker(self, broker_id: int) -> None:
-        if not isinstance(broker_id, int) or not (1 <= broker_id <= self.brokers or broker_id == -1):
-            raise ValueError(f"broker_id must be in 1..{self.brokers} (or -1 for all), got {broker_id!r}")
+        check_broker_id(broker_id, self.brokers, allow_all=True)
 
     def create_topic(self, name: str, partitions: int, replication_factor: int = 1) -> None:
-        """Create `name`; leaders are spread over the brokers by the mock."""
-        if not name:
-            raise ValueError(f"topic name must be non-empty, got {name!r}")
-        if partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {partitions}")
-        if not 1 <= replication_factor <= self.brokers:
-            raise ValueError(f"replication_factor must be in 1..{self.brokers}, got {replication_factor}")
+        """Create `name`; leaders are spread over the brokers by the mock. Names and counts follow a
+        real broker's rules (KafkaCluster checks the same), which the mock itself does not check."""
+        check_topic(name, partitions, replication_factor, self.brokers)
         err = self._lib.rd_kafka_mock_topic_create(
             self._cluster(), name.encode(), partitions, replication_factor
         )
         self._check(err, f"create_topic({name!r})")
 
     def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        check_topic_name(topic)
+        check_int("partition", partition, 0, INT32_MAX)
         self._check_broker(broker_id)
         err = self._lib.rd_kafka_mock_partition_set_leader(
             self._cluster(), topic.encode(), partition, broker_id
@@ -214,9 +219,8 @@ class MockKafkaCluster:
     def set_rtt(self, broker_id: int, ms: int) -> None:
         """Delay every response of `broker_id` (-1: all brokers) by `ms` milliseconds."""
         self._check_broker(broker_id)
-        if ms < 0:
-            raise ValueError(f"ms must be >= 0, got {ms}")
-        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._cluster(), broker_id, int(ms)), "set_rtt")
+        check_int("ms", ms, 0, INT32_MAX)  # not int(ms): 2.5 was cut to 2
+        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._cluster(), broker_id, ms), "set_rtt")
 
     def set_down(self, broker_id: int) -> None:
         """Disconnect clients and refuse new connections; leadership does not move."""

@@ -63,6 +63,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _bind_failed(server_log: Path, start: int) -> bool:
+    """Whether the server's log, from `start` on, says its port was taken."""
+    try:
+        with open(server_log, "rb") as lines:
+            lines.seek(start)
+            return b"Address already in use" in lines.read()
+    except OSError:
+        return False
+
+
 class LocalPostgres:
     """initdb + pg_ctl in `directory`, listening on 127.0.0.1 only; a context manager that stops it."""
 
@@ -76,6 +86,7 @@ class LocalPostgres:
     ) -> None:
         self.directory = Path(directory).absolute()
         self.port = port or free_port()
+        self._port_chosen = not port  # a port this class chose may be retried on another; a given one not
         self.user = user
         self.database = database
         self.fast = fast
@@ -162,26 +173,32 @@ class LocalPostgres:
             self._write_url()
         else:
             self._read_password()
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
-        if self.fast:
-            options += "".join(f" -c {setting}" for setting in FAST_SETTINGS)
-        self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.data_dir),
-            "-w",
-            "-t",
-            "60",
-            "-l",
-            str(self.directory / "server.log"),
-            "-o",
-            options,
-            "start",
-        )
+        self._start_server()
         self._write_url()
         self._create_database()
         log.info("PostgreSQL started: %s", self.display_url)
         return self.url
+
+    def _start_server(self) -> None:
+        """pg_ctl start; a port chosen here and taken before the server bound it is retried once on a new one."""
+        server_log = self.directory / "server.log"
+        for attempt in (1, 2):
+            log_start = server_log.stat().st_size if server_log.exists() else 0
+            options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
+            if self.fast:
+                options += "".join(f" -c {setting}" for setting in FAST_SETTINGS)
+            try:
+                self._run(
+                    str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "60",
+                    "-l", str(server_log), "-o", options, "start",
+                )  # fmt: skip
+                return
+            except RuntimeError:
+                if attempt == 2 or not self._port_chosen or not _bind_failed(server_log, log_start):
+                    raise
+                log.warning("PostgreSQL: port %d was taken between choosing and binding it; retrying on a new port",
+                            self.port)  # fmt: skip
+                self.port = free_port()
 
     def _write_url(self) -> None:
         path = self.directory / URL_FILE

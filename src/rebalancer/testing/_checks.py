@@ -1,0 +1,85 @@
+"""Argument checks shared by `MockKafkaCluster` and `KafkaCluster`: one rule per argument, the real broker's.
+
+The two clusters stand in for each other in tests (tests/conftest.py runs a test on each), so a call
+one refuses the other must refuse too, with the same message; and what a real broker refuses
+(a topic name with a space, 250 characters) the mock must refuse, not create. Each check raises
+ValueError naming the argument and the value, before anything reaches librdkafka's C API (where a
+float or a str became a ctypes error) or a JVM.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from rebalancer._numbers import shown
+
+__all__ = [
+    "INT32_MAX",
+    "TOPIC_NAME_MAX",
+    "check_broker_id",
+    "check_brokers",
+    "check_int",
+    "check_seconds",
+    "check_topic",
+    "check_topic_name",
+]
+
+INT32_MAX = 2**31 - 1  # Kafka's partition counts and broker ids are int32
+# org.apache.kafka.common.internals.Topic: MAX_NAME_LENGTH and the legal characters.
+TOPIC_NAME_MAX = 249
+_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+", re.ASCII)
+
+
+def check_int(field: str, value: object, low: int, high: int | None = None) -> int:
+    """An int (not a bool, not a float, not a str) in low..high (or >= low)."""
+    wanted = f"an int >= {low}" if high is None else f"an int in {low}..{high}"
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        raise ValueError(f"{field} must be {wanted}, got {shown(value)}")
+    return value
+
+
+def check_seconds(field: str, value: object, *, zero: bool = False) -> float:
+    """A finite number of seconds > 0 (>= 0 with `zero`): NaN passed every `<= 0` check before."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value if zero else 0 < value):
+        raise ValueError(f"{field} must be a finite number of seconds {'>=' if zero else '>'} 0, got {shown(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"{field} must be a finite number of seconds {'>=' if zero else '>'} 0, got {shown(value)}")
+    return float(value)
+
+
+def check_brokers(brokers: object) -> int:
+    return check_int("brokers", brokers, 1)
+
+
+def check_broker_id(broker_id: object, brokers: int, *, allow_all: bool = False) -> int:
+    """A broker id of the cluster, 1..brokers; -1 (every broker) where the mock takes it."""
+    if not isinstance(broker_id, bool) and isinstance(broker_id, int):
+        if 1 <= broker_id <= brokers or (allow_all and broker_id == -1):
+            return broker_id
+    every = " (or -1 for all)" if allow_all else ""
+    raise ValueError(f"broker_id must be in 1..{brokers}{every}, got {shown(broker_id)}")
+
+
+def check_topic_name(name: object) -> str:
+    """Kafka's own rule (Topic.validate): 1..249 ASCII letters, digits, '.', '_', '-'; not '.' or '..'."""
+    if not isinstance(name, str):
+        raise ValueError(f"topic name must be a str, got {shown(name)}")
+    if not name:
+        raise ValueError("topic name must not be empty, got ''")
+    if name in (".", ".."):
+        raise ValueError(f"topic name cannot be '.' or '..', got {name!r}")
+    if len(name) > TOPIC_NAME_MAX:
+        raise ValueError(f"topic name must be at most {TOPIC_NAME_MAX} characters, got {len(name)}: {shown(name)}")
+    if not _TOPIC_CHARS.fullmatch(name):
+        raise ValueError(
+            f"topic name may hold only ASCII letters, digits, '.', '_' and '-', got {shown(name)}"
+        )
+    return name
+
+
+def check_topic(name: object, partitions: object, replication_factor: object, brokers: int) -> None:
+    """create_topic's arguments, on either cluster."""
+    check_topic_name(name)
+    check_int("partitions", partitions, 1, INT32_MAX)
+    check_int("replication_factor", replication_factor, 1, brokers)
