@@ -168,7 +168,7 @@ def test_no_strategy_raises_on_a_valid_report_sequence(views: list[ClusterLoad])
 
 
 @pytest.mark.parametrize("combo", COMBINATIONS, ids=lambda combo: combo.name)
-@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(PROPERTY, max_examples=60)  # a replay per example and combination
 @given(views=report_sequences().filter(lambda views: len(views) >= 2))
 def test_a_replay_of_valid_reports_never_raises(combo, views: list[ClusterLoad]) -> None:
     """Replay moves bundles by the strategy's decisions and shifts every later report by them."""

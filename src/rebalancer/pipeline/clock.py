@@ -57,9 +57,9 @@ def own_clock() -> float:
     a step of the system clock cannot shorten or stretch a call.
 
     The queued time is read on both sides of the monotonic time: a thread made to wait between two
-    reads would count that wait in one and not the other, and read up to the wait too low (a short
-    call's seconds came out negative under load). Equal reads saw no wait; after READ_ATTEMPTS
-    unequal pairs the reading may be low, which `SteadyClock` and `elapsed` absorb."""
+    reads counts that wait in one and not the other, and reads off by the wait (a short call's
+    seconds came out negative under load). Equal reads saw no wait; after READ_ATTEMPTS unequal
+    pairs the reading may be low, which `SteadyClock` and `elapsed` absorb."""
     queued = queued_seconds()
     for _ in range(READ_ATTEMPTS):
         now = time.monotonic()
