@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rebalancer.pipeline.apply._convert import BatchFrames, PandasTerms, unseen_groups
 from rebalancer.pipeline.apply._items import COMBINE_COLUMN, ITEM_COLUMN, Key
-from rebalancer.pipeline.clock import TaskClock, own_clock
+from rebalancer.pipeline.clock import TaskClock, elapsed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +83,8 @@ def make_call(
     A call's seconds run from the end of the task's previous call, so the cost paid outside `func`
     for a group (Arrow to pandas, cutting the group out of its batches) is charged to the key that
     caused it. The wait before a task's first call goes to `waits`, to be shared by rows
-    (`BalancedApply.key_costs`). All of it is measured on `own_clock`, the task stats too.
+    (`BalancedApply.key_costs`). All of it is measured on `own_clock` through the task's
+    `TaskClock`, the task stats too, and every duration is `elapsed`: never below 0.0.
     """
     from pyspark import TaskContext
     from pyspark.errors import PySparkException
@@ -93,7 +94,7 @@ def make_call(
     last_end: dict[int, float] = {}
 
     def call(item: int, data: pd.DataFrame) -> tuple[Key, pd.DataFrame]:
-        own_start = own_clock()
+        own_start = clock.now()
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else -1
         key = tuple(data[name].iloc[0] for name in key_columns)
@@ -107,17 +108,17 @@ def make_call(
             out = check.conform(out)
         except PySparkException as exc:  # Spark's own error, and the key whose output it was
             raise RuntimeError(f"balanced_apply: func's output for key {key!r} does not fit the schema: {exc}") from exc
-        own_end = own_clock()
+        own_end = clock.now()
         since = last_end.get(pid, own_start)
         last_end[pid] = own_end
         begun = clock.begin(pid, own_start)
         task_start = own_start if begun is None else begun
         if begun is not None and waits is not None:
-            waits.add({pid: [own_start - begun]})
+            waits.add({pid: [elapsed(begun, own_start)]})
         if tasks is not None:
-            tasks.add({pid: [len(data), task_start, own_end, own_end - own_start, 1]})
+            tasks.add({pid: [len(data), task_start, own_end, elapsed(own_start, own_end), 1]})
         if items is not None and item >= 0:
-            items.add({item: [len(data), max(0.0, own_end - since), 1]})
+            items.add({item: [len(data), elapsed(since, own_end), 1]})
         if combine_group is not None:
             out = out.copy()
             group = combine_group.get(item)

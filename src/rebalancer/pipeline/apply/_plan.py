@@ -3,13 +3,16 @@ weight by rows or by measured seconds, and the plan that places keys and shards 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline.apply._items import ITEM_COLUMN, ApplyItem, Key, encode_key, shard_json
+from rebalancer.pipeline.apply._items import ITEM_COLUMN, LOGGER, ApplyItem, Key, encode_key, shard_json
 from rebalancer.pipeline.slots import SHARD_BUCKETS, pack_shards, place
+
+log = logging.getLogger(LOGGER)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -126,11 +129,16 @@ def same_key(
 
 def _key_weights(counts: Mapping[Key, int], cost: str, measured: Mapping[Key, KeyCost]) -> dict[Key, float]:
     """rows: the key's rows. seconds: the seconds the key's calls took last run; a key never
-    measured gets its rows times the last run's per-row rate (its seconds over its rows)."""
-    if cost == "rows" or not measured:
+    measured gets its rows times the last run's per-row rate (its seconds over its rows). A run
+    that measured no time at all (every call below the clock's resolution) weighs by rows: all
+    zeros would say nothing about which keys cost more."""
+    measured_seconds = sum(c.seconds for c in measured.values())
+    if cost == "rows" or not measured or not measured_seconds > 0:
+        if cost != "rows" and measured:
+            log.info("balanced_apply: the store's %d keys took 0 s in all; weighing by rows", len(measured))
         return {key: float(rows) for key, rows in counts.items()}
     total_rows = sum(c.rows for c in measured.values())
-    rate = sum(c.seconds for c in measured.values()) / total_rows if total_rows else 0.0
+    rate = measured_seconds / total_rows if total_rows else 0.0
     weights = {}
     for key, rows in counts.items():
         seen = measured.get(key)
