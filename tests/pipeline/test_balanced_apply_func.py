@@ -36,23 +36,6 @@ BATCHES = "key string, dtypes string, n long, total double"
 SCHEMA = "key string, n long"
 
 
-@pytest.fixture
-def conf(spark):
-    """Set session confs for one test; the shared session gets its old values back."""
-    saved: dict[str, str | None] = {}
-
-    def set_conf(key: str, value: str) -> None:
-        saved.setdefault(key, spark.conf.get(key, None))
-        spark.conf.set(key, value)
-
-    yield set_conf
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-
-
 def sorted_rows(df) -> list[tuple]:
     return sorted(tuple(row) for row in df.collect())
 

@@ -28,23 +28,6 @@ SHOWN = "key string, columns string, n long, total double"
 CASE = "spark.sql.caseSensitive"
 
 
-@pytest.fixture
-def conf(spark):
-    """Set session confs for one test; the shared session gets its old values back."""
-    saved: dict[str, str | None] = {}
-
-    def set_conf(key: str, value: str) -> None:
-        saved.setdefault(key, spark.conf.get(key, None))
-        spark.conf.set(key, value)
-
-    yield set_conf
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-
-
 def shown(key: tuple, frame: pd.DataFrame) -> pd.DataFrame:
     """What func was shown: the key tuple (its values' types too), the columns, the rows."""
     return pd.DataFrame(
