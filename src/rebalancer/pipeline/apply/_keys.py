@@ -68,6 +68,26 @@ def _label(df: DataFrame, expression: Column, shown: str) -> str:
         raise ValueError(f"key: cannot group by {shown}: {reason[:300]}") from None
 
 
+def _own_column(df_columns: list[str], one: Any, exact: bool) -> str | None:
+    """The frame's column a key names (an ordinal, or a name Spark's resolver finds among the
+    frame's columns); None for what Spark must resolve: an expression, a nested field `a.b`, a
+    `` `quoted` `` name."""
+    from pyspark.sql import Column
+
+    if isinstance(one, bool) or not isinstance(one, str | int | Column):
+        raise ValueError(f"key: {one!r} is not a column name, a Column or an ordinal")
+    if isinstance(one, int):
+        if not 1 <= one <= len(df_columns):
+            raise ValueError(f"key: ordinal {one} is not in 1..{len(df_columns)} (the frame's columns, from 1)")
+        return df_columns[one - 1]
+    if isinstance(one, str):
+        found = column_named(df_columns, one, "key", exact)
+        if found is None and not any(mark in one for mark in ".`"):
+            raise _missing(one, df_columns)
+        return found
+    return None
+
+
 def resolve_keys(df: DataFrame, key: Any, exact: bool) -> GroupKeys:
     """`key` (a name, a Column, a 1-based ordinal, or a list of them, empty for one group of all
     rows) as `df.groupBy(key)` resolves it. A name of one of df's columns, or an ordinal, groups by
@@ -82,35 +102,25 @@ def resolve_keys(df: DataFrame, key: Any, exact: bool) -> GroupKeys:
         keys = list(key)
     else:
         raise ValueError(f"key must be a column name, a Column, an ordinal or a list of them, got {key!r}")
-    own = list(df.columns)
+    df_columns = list(df.columns)
     columns: list[str] = []
     names: list[str] = []
     projected: dict[str, Column] = {}
     for position, one in enumerate(keys):
-        if isinstance(one, bool) or not isinstance(one, str | int | Column):
-            raise ValueError(f"key: {one!r} is not a column name, a Column or an ordinal")
-        if isinstance(one, int):
-            if not 1 <= one <= len(own):
-                raise ValueError(f"key: ordinal {one} is not in 1..{len(own)} (the frame's columns, from 1)")
-            column = own[one - 1]
-        elif isinstance(one, str):
-            found = column_named(own, one, "key", exact)
-            if found is None and not any(mark in one for mark in ".`"):
-                raise _missing(one, own)
-            column = found if found is not None else ""
-        else:
-            column = ""
-        if column:
+        column = _own_column(df_columns, one, exact)
+        if column is not None:
             columns.append(column)
             names.append(column)
             continue
-        expression = F.col(one) if isinstance(one, str) else one
-        try:
-            label = _label(df, expression, repr(one) if isinstance(one, str) else str(one))
-        except ValueError:
-            if isinstance(one, str):
-                raise _missing(one, own) from None
-            raise
+        if isinstance(one, str):  # Spark's to resolve; not found, it is no column at all
+            try:
+                label = _label(df, F.col(one), repr(one))
+            except ValueError:
+                raise _missing(one, df_columns) from None
+            expression = F.col(one)
+        else:
+            label = _label(df, one, str(one))
+            expression = one
         hidden = f"{RESERVED_PREFIX}key{position}"
         projected[hidden] = expression
         columns.append(hidden)
