@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rebalancer._secrets import masked_repr
 from rebalancer.pipeline._checks import check_partitions
 from rebalancer.pipeline.contract import FORMATS
 from rebalancer.pipeline.dispatch import PARTITIONINGS
@@ -84,6 +85,11 @@ class RunRequest:
     sink: PostgresSink | None = field(default=None, repr=False)
     kafka_timeout: float | None = None
     compare_hash: bool = False  # also time Spark's hash placement on the same input
+
+    def __repr__(self) -> str:
+        """Each location (input, output, checkpoint, ...) with a URI's password and a kafka:// URL's
+        secret options as ***; an inspected input masks its own."""
+        return masked_repr(self)
 
     def __post_init__(self) -> None:
         if self.partitions is not None:
