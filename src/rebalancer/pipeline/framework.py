@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._secrets import shown_location
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.session import spark_error_reason
@@ -249,7 +250,9 @@ class HandlerRun:
     result: Any = None  # BalancedApply, for the task stats after the write
 
     def section(self) -> dict[str, Any]:
-        section: dict[str, Any] = {"types": len(self.types), "rows": self.rows, "output": self.output}
+        section: dict[str, Any] = {
+            "types": len(self.types), "rows": self.rows, "output": shown_location(self.output)
+        }
         if self.result is None:
             return section
         plan = self.result.plan
@@ -423,7 +426,10 @@ def run_handlers(
     # A file: URI's stores are on its local path; a remote filesystem's are not kept (yet).
     store_root = stores if isinstance(stores, Path) else getattr(stores, "local", None)
     if store_root is None and cost == "seconds":
-        log.warning("--cost seconds: no plan store on %s (not a local path), so each run plans by rows", stores)
+        log.warning(
+            "--cost seconds: no plan store on %s (not a local path), so each run plans by rows",
+            shown_location(str(stores)),
+        )
     for name, types in routing.handlers.items():
         step(f"handler {name}")
         handler = routing.pipeline.get(name)
