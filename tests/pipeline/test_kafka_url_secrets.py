@@ -234,8 +234,6 @@ def test_the_repr_of_a_run_request_masks_an_inspected_input():
         assert SECRET not in shown and shown.startswith(f"RunRequest(input={given!r}, output='o', "), shown
 
 
-@pytest.mark.xfail(strict=True, reason="RunRequest's validation is rewritten on another branch (issue 42 item 18): "
-                   "its messages must show locations through rebalancer._secrets.shown_location")
 @pytest.mark.parametrize("fields", [{"checkpoint": f"ftp://u:{SECRET}@h/c"},
                                     {"plan_from": f"ftp://u:{SECRET}@h/p", "stream": True}])
 def test_a_run_request_refusing_a_location_hides_its_password(fields):
