@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer._args import finite_float, integer
-from rebalancer._secrets import shown_location
+from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
@@ -232,6 +232,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+@masks_errors  # a Spark Connect URL's ;token= as ***
 def session_master(flag: str | None, remote: str | None = None) -> str | None:
     """--master (or --remote) wins; under spark-submit (the JVM started us) the master is already set;
     else local[*]."""
@@ -239,14 +240,9 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
         from rebalancer.pipeline.session import is_connect_url
 
         if not is_connect_url(remote):
-            raise ValueError(
-                f"remote must be a Spark Connect URL sc://HOST:PORT, got {shown_location(remote)!r}"
-            )
+            raise ValueError(f"remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}")
         if flag and flag != remote:
-            raise ValueError(
-                "remote: give --master or --remote, not both "
-                f"(got {shown_location(flag)!r} and {shown_location(remote)!r})"
-            )
+            raise ValueError(f"remote: give --master or --remote, not both (got {flag!r} and {remote!r})")
         return remote
     if flag:
         return flag
