@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from rebalancer.pipeline.generate import GenerateConfig, generate
-from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.runner import RunRequest, RunSummary
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))
@@ -35,8 +34,18 @@ def _batch_run(out: Path) -> Path:
 def _stream_run(out: Path) -> Path:
     (out / "metrics" / "batch_id=0" / "date=2026-01-01").mkdir(parents=True)
     (out / "_checkpoint" / "rebalancer").mkdir(parents=True)
+    (out / "_checkpoint" / "rebalancer" / "state.json").write_text("{}")
     (out / "summary.json").write_text("{}")
     return out
+
+
+def _checkpoint(where: Path) -> Path:
+    """What a stream leaves in its --checkpoint: Spark's query checkpoint and the rebalancer's state."""
+    (where / "query").mkdir(parents=True)
+    (where / "query" / "metadata").write_text('{"id": "q"}')
+    (where / "rebalancer").mkdir()
+    (where / "rebalancer" / "state.json").write_text("{}")
+    return where
 
 
 @pytest.mark.parametrize(
@@ -107,12 +116,12 @@ def test_error_mode_refuses_a_directory_holding_a_run_naming_the_flag(tmp_path: 
 def test_error_mode_also_refuses_a_report_dir_holding_a_summary(tmp_path: Path) -> None:
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "summary.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"already holds a run's outputs \(summary.json\)"):
-        check_output_mode(tmp_path / "out", "error", False, report_dir=tmp_path / "reports")
+    with pytest.raises(ValueError, match=r"^report-dir .* already holds a run's outputs \(summary.json\)"):
+        RunRequest(input="data", output=tmp_path / "out", report_dir=tmp_path / "reports").check_output()
 
 
 def test_error_mode_refuses_a_given_checkpoint_holding_a_stream(tmp_path: Path) -> None:
-    checkpoint = _stream_run(tmp_path / "ck")
+    checkpoint = _checkpoint(tmp_path / "ck")
     request = RunRequest(input="data", output=tmp_path / "new", stream=True, checkpoint=checkpoint)
     with pytest.raises(ValueError) as caught:
         request.check_output()
@@ -141,31 +150,14 @@ def test_append_refuses_a_stream_into_a_batch_output_and_the_reverse(tmp_path: P
     RunRequest(input="data", output=batch_out, mode="append").check_output()
 
 
-def test_overwrite_clears_the_whole_previous_run_report_and_plan_included(tmp_path: Path) -> None:
-    out = _batch_run(tmp_path / "out")
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    for name in ("summary.json", "plan.json", "report.html", "notes.txt"):
-        (reports / name).write_text("{}")
-    checkpoint = _stream_run(tmp_path / "elsewhere")
-    clear_outputs(out, "overwrite", reports, checkpoint, spark=None)
-    assert sorted(out.iterdir()) == []
-    assert sorted(p.name for p in reports.iterdir()) == ["notes.txt"]  # only the run's files go
-    assert not checkpoint.exists()
-
-
-def test_overwrite_refuses_to_clear_a_directory_that_holds_no_run(tmp_path: Path) -> None:
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "thesis.tex").write_text("years of work")
-    with pytest.raises(ValueError, match=r"is not empty and holds no run's outputs"):
-        clear_outputs(tmp_path / "home", "overwrite", None, None, spark=None)
-    assert (tmp_path / "home" / "thesis.tex").read_text() == "years of work"
-
-
-def test_error_and_append_modes_clear_nothing(tmp_path: Path) -> None:
+def test_checking_the_output_changes_nothing(tmp_path: Path) -> None:
+    """`check_output` only looks, in every mode: the replacing is the run's, once it is complete."""
     out = _batch_run(tmp_path / "out")
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    clear_outputs(out, "append", None, None, spark=None)
+    with pytest.raises(ValueError, match="already holds a run's outputs"):
+        RunRequest(input="data", output=out).check_output()
+    RunRequest(input="data", output=out, mode="overwrite").check_output()
+    RunRequest(input="data", output=out, mode="append").check_output()
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 

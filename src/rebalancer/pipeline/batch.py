@@ -323,6 +323,8 @@ def run_batch(
     plan_from: str | Path | ReusedPlan | None = None,
     output_mode: str | None = None,
     compare_hash: bool = False,
+    output_name: str | None = None,
+    publish: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
 
@@ -350,6 +352,10 @@ def run_batch(
     `compare_hash` then times the plan and Spark's hash placement on two more passes (into a scratch
     directory, removed after), both warm, and records both walls in the summary's `compare_hash`:
     measured, not projected.
+
+    `output_name` is the output the summary names, when `out` is where the run is staged;
+    `publish` (which swaps a staged run in) is called once every output is written, before a Kafka
+    group's offsets are committed: a run stopped between the two reads the same records again.
     """
     check_output(out, spec, spark=spark)
     with pipeline_conf(spark):
@@ -369,6 +375,8 @@ def run_batch(
             plan_from=plan_from,
             output_mode=output_mode,
             compare_hash=compare_hash,
+            output_name=output_name,
+            publish=publish,
         )
 
 
@@ -388,6 +396,8 @@ def _run_batch(
     plan_from: str | Path | ReusedPlan | None = None,
     output_mode: str | None = None,
     compare_hash: bool = False,
+    output_name: str | None = None,
+    publish: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     if partitioning not in PARTITIONINGS:
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
@@ -430,8 +440,6 @@ def _run_batch(
         step=step,
         read_error=lambda exc: _spark_error(exc, spec),
     )
-    if group_read is not None:
-        _commit_group(group_read)  # after every output: a run that fails before reads them again
     compared = None
     if compare_hash:
         step("same input under Spark's hash")
@@ -445,7 +453,7 @@ def _run_batch(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input": spec.describe(),
         "format": spec.format,
-        "output": str(out),
+        "output": output_name or str(out),
         "output_mode": output_mode,
         "plan_reused": reused.outcome(plan) if reused is not None else None,
         "ingested": counts.ingested,
@@ -494,4 +502,8 @@ def _run_batch(
         # elapsed_s stays the time to the metrics written: one number in the report, the file and the terminal.
         write_report(reports / "report.html", RunSummary.from_json(summary), plan, previous_summary)
     write_json(reports / "summary.json", summary)
+    if publish is not None:
+        publish()
+    if group_read is not None:
+        _commit_group(group_read)  # after every output, published: a run that fails before reads them again
     return summary
