@@ -200,3 +200,38 @@ def test_a_group_run_in_overwrite_mode_is_in_place_before_its_offsets_are_commit
     assert sorted(metrics["batch_id"].astype(int).unique()) == [0]
     assert int(metrics["count"].sum()) == rerun.accepted
     assert (out / "shedding" / "plot.png").read_bytes() == b"png"
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_remote_output_is_staged_and_swapped_through_hadoop(
+    spark, dataset: tuple[Path, pd.DataFrame], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `file:` counted as remote, the staging, the swap and its undoing go through Spark's Hadoop
+    FileSystem (whose local filesystem leaves a `.crc` beside each file it writes; Python's I/O does not)."""
+    from rebalancer.pipeline import _output_swap, paths
+
+    monkeypatch.setattr(paths, "LOCAL_SCHEMES", frozenset())
+    data, good = dataset
+    out = tmp_path / "out"
+    uri = f"file://{out}"
+    run(RunRequest(input=data, output=uri, partitions=2, report=False), spark=spark)
+    assert (out / "._manifest.json.crc").exists() and _manifest(out) == ["metrics", "plan.json", "quarantine", "summary.json"]
+    (out / "shedding").mkdir()
+    (out / "shedding" / "plot.png").write_bytes(b"png")
+    previous = tree(out)
+
+    def stopped(point: str) -> None:
+        if point == "swap":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_output_swap, "hold", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run(RunRequest(input=data, output=uri, partitions=2, mode="overwrite"), spark=spark)
+    assert tree(out) == previous  # moved back through Hadoop, staging removed
+    monkeypatch.setattr(_output_swap, "hold", None)
+    replaced = run(RunRequest(input=data, output=uri, partitions=2, mode="overwrite"), spark=spark)
+    assert replaced.output == uri and _manifest(out) == sorted(BATCH_ENTRIES)
+    assert tree(out / "shedding") == {"plot.png": previous["shedding/plot.png"]}
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".rebalancer")]
+    assert int(pd.read_parquet(out / "metrics")["count"].sum()) == len(good)
