@@ -381,3 +381,13 @@ def test_recovery_logs_nothing_when_nothing_was_left(tmp_path: Path, caplog: pyt
     fake_run(_request(out), "first")
     fake_run(_request(out, mode="overwrite"), "second")
     assert [r for r in caplog.records if r.name == "rebalancer.pipeline._output_swap"] == []
+
+
+@pytest.mark.parametrize("name", ["_manifest.json", "spark.log", "_compare_hash"])
+def test_a_handler_cannot_take_the_name_of_the_runs_manifest_log_or_scratch(name: str) -> None:
+    """Its folder would be the manifest, the log, or the scratch --compare-hash removes."""
+    from rebalancer.pipeline.framework import Pipeline
+
+    with pytest.raises(ValueError) as caught:
+        Pipeline().handler("a", schema="n long", name=name)(lambda frame: frame)
+    assert str(caught.value) == f"handler name {name!r} is taken by the run's own outputs"

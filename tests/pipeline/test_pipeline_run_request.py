@@ -212,12 +212,27 @@ def test_cli_stream_append_into_a_batch_output_fails_in_one_line(tmp_path: Path)
 
 def test_cli_generate_into_a_non_empty_directory_fails_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "old.parquet").write_bytes(b"x")
+    (tmp_path / "data" / "part-00007.parquet").write_bytes(b"x")  # left by an earlier, larger generate
     done = _cli("pipeline", "generate", "--out", "data", "--events", "100", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "rebalancer: error: out: data is not empty; --overwrite clears it first"
     ], done.stderr
     done = _cli("pipeline", "generate", "--out", "data", "--events", "100", "--files", "2", "--overwrite", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.suffix for p in (tmp_path / "data").iterdir()) == [".parquet", ".parquet"]
-    assert not (tmp_path / "data" / "old.parquet").exists()
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+
+
+def test_generate_overwrite_removes_only_its_own_files(tmp_path: Path) -> None:
+    """Nothing is deleted that the project did not write: `--out ~/Documents --overwrite` once emptied it."""
+    out = tmp_path / "data"
+    generate(GenerateConfig(events=400, types=5, files=3), out)
+    (out / "thesis.tex").write_text("years of work")
+    (out / "part-00009.csv").mkdir()  # generate's name, but a directory: not one of its files
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(ValueError) as caught:
+        generate(GenerateConfig(events=400, types=5, files=2), out, overwrite=True)
+    assert str(caught.value) == (
+        f"out: {out} holds part-00009.csv, thesis.tex, which generate did not write: --overwrite replaces only "
+        "its own part-NNNNN files; give an empty or new --out"
+    )
+    assert sorted(p.name for p in out.iterdir()) == before
