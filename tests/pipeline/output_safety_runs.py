@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import select
+import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -110,6 +111,29 @@ def wait_ready(fd: int, timeout: float) -> str:
     """The point the child reached (written to the pipe), or '' if it ended (or the wait ran out) first."""
     readable, _, _ = select.select([fd], [], [], timeout)
     return os.read(fd, 200).decode() if readable else ""
+
+
+@contextmanager
+def held_child(cwd: Path, point: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+    """This file run as `ARGS`, stopping at `point`: (the process, its ready pipe, its go pipe).
+    Killed, if still running, when the block ends."""
+    ready_read, ready_write = os.pipe()
+    go_read, go_write = os.pipe()
+    env = {**os.environ, "HOLD_POINT": point, "HOLD_READY": str(ready_write), "HOLD_GO": str(go_read)}
+    child = subprocess.Popen(
+        [sys.executable, __file__, *args],
+        env=env, pass_fds=(ready_write, go_read), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    os.close(ready_write)
+    os.close(go_read)
+    try:
+        yield child, ready_read, go_write
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+        os.close(ready_read)
+        os.close(go_write)
 
 
 def main(argv: list[str]) -> int:

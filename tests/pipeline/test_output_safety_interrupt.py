@@ -7,7 +7,6 @@ each way, `output_safety_runs`): no sleeps.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from output_safety_runs import tree, wait_ready
+from output_safety_runs import held_child, tree, wait_ready
 
 from rebalancer.pipeline import RunRequest, run
 
@@ -54,25 +53,10 @@ def test_a_cli_overwrite_stopped_by_a_signal_keeps_the_previous_run_whole(
     (out / "shedding" / "avgshedder.png").write_bytes(b"\x89PNG plot")
     previous = _data_tree(out)
     argv = ["cli", "pipeline", "run", "--input", str(data), "--output", "out", "--partitions", "2", "--mode", "overwrite"]
-    ready_read, ready_write = os.pipe()
-    go_read, go_write = os.pipe()
-    env = {**os.environ, "HOLD_POINT": point, "HOLD_READY": str(ready_write), "HOLD_GO": str(go_read)}
-    child = subprocess.Popen(
-        [sys.executable, str(HERE / "output_safety_runs.py"), *argv], env=env, pass_fds=(ready_write, go_read),
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    os.close(ready_write)
-    os.close(go_read)
-    try:
-        assert wait_ready(ready_read, WAIT_S) == f"{point}\n"
+    with held_child(tmp_path, point, *argv) as (child, ready, _go):
+        assert wait_ready(ready, WAIT_S) == f"{point}\n"
         child.send_signal(signum)
         _stdout, stderr = child.communicate(timeout=WAIT_S)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-        os.close(ready_read)
-        os.close(go_write)
     if signum == signal.SIGINT:
         assert child.returncode == 130 and stderr.splitlines()[-1] == (
             "rebalancer: interrupted (Spark's log: out/spark.log)"

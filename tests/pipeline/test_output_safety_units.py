@@ -15,12 +15,10 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from output_safety_runs import RUN_FILES, fake_run, tree, wait_ready
+from output_safety_runs import RUN_FILES, fake_run, held_child, tree, wait_ready
 
 from rebalancer.pipeline import _output_swap
 from rebalancer.pipeline.generate import GenerateConfig, generate
@@ -230,28 +228,6 @@ def test_a_first_run_stopped_leaves_nothing_the_next_default_run_refuses(
     assert set(_texts(out).values()) == {"second"}
 
 
-@contextmanager
-def _child(cwd: Path, point: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
-    """`output_safety_runs.py ARGS`, stopping at `point`: (the process, its ready pipe, its go pipe)."""
-    ready_read, ready_write = os.pipe()
-    go_read, go_write = os.pipe()
-    env = {**os.environ, "HOLD_POINT": point, "HOLD_READY": str(ready_write), "HOLD_GO": str(go_read)}
-    child = subprocess.Popen(
-        [sys.executable, str(HERE / "output_safety_runs.py"), *args],
-        env=env, pass_fds=(ready_write, go_read), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    os.close(ready_write)
-    os.close(go_read)
-    try:
-        yield child, ready_read, go_write
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.communicate()
-        os.close(ready_read)
-        os.close(go_write)
-
-
 # (where the run is stopped, whose run the output holds after the next run has looked at it)
 POINTS = [("stage:quarantine/part-0.parquet", "old"), ("staged", "old"), ("swap", "old"), ("committed", "new")]
 
@@ -266,7 +242,7 @@ def test_an_overwrite_stopped_by_a_signal_leaves_one_whole_run(
     out = _with_shedding(tmp_path / "out")
     fake_run(_request(out), "old")
     old, shedding = tree(out), tree(out / "shedding")
-    with _child(tmp_path, point, "fake", str(out), "new", "overwrite") as (child, ready, _go):
+    with held_child(tmp_path, point, "fake", str(out), "new", "overwrite") as (child, ready, _go):
         assert wait_ready(ready, WAIT_S) == f"{point}\n"
         child.send_signal(signum)
         child.wait()
@@ -303,7 +279,7 @@ def test_an_overwrite_stopped_by_a_signal_leaves_one_whole_run(
 def test_a_staging_directory_a_live_run_is_writing_is_never_touched(tmp_path: Path) -> None:
     out = tmp_path / "out"
     fake_run(_request(out), "old")
-    with _child(tmp_path, "staged", "fake", str(out), "new", "overwrite") as (child, ready, go):
+    with held_child(tmp_path, "staged", "fake", str(out), "new", "overwrite") as (child, ready, go):
         assert wait_ready(ready, WAIT_S) == "staged\n"
         (stage,) = [name for name in os.listdir(out) if name.startswith(".rebalancer-staging-")]
         with pytest.raises(ValueError) as caught:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer import __version__
 from rebalancer.pipeline._output_fs import INFO, MANIFEST, RunFS, aside_name, at, location_key, staging_name
-from rebalancer.pipeline.output_mode import SPARK_LOG, DirState, Leftover, collision, inspect_dir
+from rebalancer.pipeline.output_mode import SPARK_LOG, DirState, Leftover, collision, inspect_dir, refuse_busy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -188,7 +188,8 @@ class Outputs:
                 continue
             stage = at(location, staging_name(self.token))
             fs.mkdir(stage)
-            info = {"token": self.token, "commit": str(self.states[0].dir.location), "pid": os.getpid(),
+            # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
+            info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
                     "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
             fs.write_json(at(stage, INFO), info)
 
@@ -244,6 +245,7 @@ class Outputs:
         swap = _Swap(state, fs, self.token)
         now = inspect_dir(state.dir, self.spark)
         assert now is not None  # the run reached it to stage there
+        refuse_busy(now)  # two runs started at once, neither seeing the other: the second to publish yields
         swap.entries = [n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST)]
         clashes = sorted(set(swap.entries) & now.foreign)
         if clashes:

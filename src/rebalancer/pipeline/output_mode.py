@@ -322,15 +322,21 @@ def collision(state: DirState, names: list[str]) -> ValueError:
     )
 
 
-def _refuse_dir(state: DirState, mode: str) -> None:
-    run_dir = state.dir
-    where = f"{run_dir.field} {run_dir.location}"
+def refuse_busy(state: DirState) -> None:
+    """Two runs into one directory at once would swap over each other: the second is refused."""
     for leftover in state.leftovers:
         if leftover.writer is not None:
             raise ValueError(
-                f"{where} is being written by another run (pid {leftover.writer} on this host, into "
-                f"{staging_name(leftover.token)}): wait for it to end, or remove that directory if no run is going on"
+                f"{state.dir.field} {state.dir.location} is being written by another run (pid {leftover.writer} "
+                f"on this host, into {staging_name(leftover.token)}): wait for it to end, or remove that "
+                "directory if no run is going on"
             )
+
+
+def _refuse_dir(state: DirState, mode: str) -> None:
+    run_dir = state.dir
+    where = f"{run_dir.field} {run_dir.location}"
+    refuse_busy(state)
     if run_dir.roles == ("checkpoint",) and state.names and not state.holds_checkpoint:
         raise ValueError(
             f"checkpoint {run_dir.location} holds no stream's checkpoint (no query/metadata, no "
