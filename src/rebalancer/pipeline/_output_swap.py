@@ -121,9 +121,10 @@ def recover(states: list[DirState], spark: SparkSession | None) -> int:
                 fs.remove(leftover.stage)
                 log.warning("%s: finished the swap of a run stopped after it was in place (%s)", location, leftover.token)
             elif leftover.swapping or leftover.has_aside:
-                _roll_back(fs, location, leftover)
+                whole = _roll_back(fs, location, leftover)
                 log.warning(
-                    "%s: undid the swap of a run stopped midway (%s): the previous run is back", location, leftover.token
+                    "%s: undid the swap of a run stopped midway (%s): %s", location, leftover.token,
+                    "the previous run is back" if whole else f"what could not be put back stays in {leftover.aside}",
                 )
             else:
                 fs.remove(leftover.stage)
