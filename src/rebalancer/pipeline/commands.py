@@ -343,10 +343,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     timeout = getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_S) if owns_session else None
     flag = "--remote" if getattr(args, "remote", None) else "--master"
     verbose = getattr(args, "verbose", 0)
+    # -v is the project's own logs (and Spark's errors); Spark's and the JVM's startup output waits
+    # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
+    log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
+    if log_file is not None:
+        from rebalancer.pipeline.output_mode import claim_spark_log
+
+        claim_spark_log(log_file)  # written over from the JVM's start: one no run wrote is refused first
     with console.status("starting Spark"):
-        # -v is the project's own logs (and Spark's errors); Spark's and the JVM's startup output waits
-        # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
-        log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
         spark = build_session(
             master=master,
             quiet=verbose < 2,
