@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer import __version__
 from rebalancer.pipeline._output_fs import INFO, MANIFEST, RunFS, aside_name, at, location_key, staging_name
-from rebalancer.pipeline.output_mode import SPARK_LOG, DirState, Leftover, collision, inspect_dir, refuse_busy
+from rebalancer.pipeline.output_mode import (
+    GROUP_LOCK,
+    SPARK_LOG,
+    DirState,
+    Leftover,
+    collision,
+    inspect_dir,
+    refuse_busy,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -247,7 +255,10 @@ class Outputs:
         now = inspect_dir(state.dir, self.spark)
         assert now is not None  # the run reached it to stage there
         refuse_busy(now)  # two runs started at once, neither seeing the other: the second to publish yields
-        swap.entries = [n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST)]
+        # A group run's claim on the staging directory stays there: the output has its own (held now).
+        swap.entries = [
+            n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST, GROUP_LOCK)
+        ]
         clashes = sorted(set(swap.entries) & now.foreign)
         if clashes:
             raise collision(now, clashes)

@@ -298,7 +298,7 @@ def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
         return None
     listed = fs.names(run_dir.location)
     leftovers = find_leftovers(fs, run_dir.location, listed, spark)
-    names = {n for n in listed if not n.startswith(".") and n != MANIFEST}
+    names = {n for n in listed if not n.startswith(".") and n not in (MANIFEST, GROUP_LOCK)}
     manifest = read_manifest(fs, run_dir.location)
     for leftover in leftovers:
         if leftover.committed is False:
