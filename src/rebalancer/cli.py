@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from rebalancer import DISTRIBUTION, __version__
 from rebalancer._extras import MissingExtraError, require_extra
+from rebalancer._secrets import masked_text
 
 EXIT_USAGE = 2
 
@@ -153,7 +154,8 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
         action="count",
         default=0,
         help="-v: the project's INFO logs (stages, plans, moves); -vv: its debug logs, other libraries' "
-        "INFO and Spark's and the JVM's startup output; -vvv: Py4J's debug output too",
+        "INFO and Spark's and the JVM's startup output; -vvv: Py4J's debug output too (a line per JVM call, "
+        "its text arguments as ***)",
     )
     sub = parser.add_subparsers(dest="component", metavar="COMPONENT", parser_class=OneLineParser)
     sub.required = True
@@ -180,7 +182,8 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
 
 def configure_logging(verbose: int) -> None:
     """0: warnings; -v: our INFO (stages, plans, moves); -vv: our DEBUG and the INFO of the libraries
-    (and Spark's startup output); -vvv: everything, Py4J's line-per-call DEBUG included.
+    (and Spark's startup output); -vvv: everything, Py4J's line-per-call DEBUG included (its string and
+    bytes arguments as ***: rebalancer.pipeline._py4j_log).
 
     aiokafka logs each failed connection at ERROR before it raises; the command reports that error
     itself in one line, so without -v aiokafka's own lines are kept off stderr."""
@@ -206,10 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except (UsageError, ValueError, MissingExtraError) as exc:
-        print(f"rebalancer: error: {exc}{_spark_log_note()}", file=sys.stderr)
+        # masked_text: the last guard for a URI's password in a message that quotes one whole
+        print(f"rebalancer: error: {masked_text(str(exc))}{_spark_log_note()}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:  # FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError...
-        print(f"rebalancer: error: {_os_error(exc)}{_spark_log_note()}", file=sys.stderr)
+        print(f"rebalancer: error: {masked_text(_os_error(exc))}{_spark_log_note()}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"rebalancer: interrupted{_spark_log_note()}", file=sys.stderr)
@@ -227,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, _client_errors()):
             raise
         # A command that knows its servers names them itself (a ValueError); this is the safety net.
-        print(f"rebalancer: error: Kafka: {type(exc).__name__}: {_kafka_text(exc)}", file=sys.stderr)
+        print(f"rebalancer: error: Kafka: {type(exc).__name__}: {masked_text(_kafka_text(exc))}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -243,7 +247,7 @@ def _spark_log_note(exc: BaseException | None = None) -> str:
 
         try:
             with open(path, "a", encoding="utf-8") as log:
-                log.write("".join(traceback.format_exception(exc)))
+                log.write(masked_text("".join(traceback.format_exception(exc))))
         except OSError:
             pass  # the line still names the log, which has Spark's side of the failure
     return f" (Spark's log: {path})"

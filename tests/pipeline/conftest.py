@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -16,3 +18,20 @@ from pipeline_data import write_dataset
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
     return write_dataset(tmp_path_factory.mktemp("telemetry") / "input")
+
+
+@pytest.fixture
+def conf(spark: Any) -> Iterator[Callable[[str, str], None]]:
+    """Set session confs for one test; the shared session gets its old values back."""
+    saved: dict[str, str | None] = {}
+
+    def set_conf(key: str, value: str) -> None:
+        saved.setdefault(key, spark.conf.get(key, None))
+        spark.conf.set(key, value)
+
+    yield set_conf
+    for key, value in saved.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)

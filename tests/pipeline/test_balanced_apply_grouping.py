@@ -30,23 +30,6 @@ BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 BY_NAME = "spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName"
 
 
-@pytest.fixture
-def conf(spark):
-    """Set session confs for one test; the shared session gets its old values back."""
-    saved: dict[str, str | None] = {}
-
-    def set_conf(key: str, value: str) -> None:
-        saved.setdefault(key, spark.conf.get(key, None))
-        spark.conf.set(key, value)
-
-    yield set_conf
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-
-
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Count and sum, and whether the frame is a fresh 0..n-1 frame the func may write into."""
     fresh = isinstance(frame.index, pd.RangeIndex) and list(frame.index) == list(range(len(frame)))

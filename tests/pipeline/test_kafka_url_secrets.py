@@ -1,4 +1,5 @@
-"""Issue 33 follow-up: a secret in an input URL never reaches an error, a repr or a summary.
+"""Issue 33 follow-up and issue 42 (items 12-15): a secret in an input URL never reaches an error,
+a repr or a summary.
 
 `kafka://h:9092/t?kafka.sasl.password=S3CRET` carries a consumer password as a reader option; the
 errors quoting the URL, `repr(KafkaInput)` and the input name the summaries print show `***` in its
@@ -8,6 +9,7 @@ for the value. No Spark: every case fails while the URL is read.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +110,135 @@ def test_a_hadoop_error_on_a_uri_with_a_password_masks_it_in_the_prefix_and_the_
     with pytest.raises(ValueError) as info, fs.errors(uri):
         raise error
     assert str(info.value) == "ftp://bob:***@h/data: IOException: Login failed on ftp://bob:***@h/data"
+
+
+# Issue 42 item 12: a user or password holding any character unencoded (see tests/test_secrets.py).
+SPECIAL = "?#/@&=:;%+ ,[]!$'()*~"
+USERS = ["bob", "b@b", "b?b", "b#b", "b/b", "b&b", "b=b", "b%40b", "b;b", "b b"]
+PASSWORDS = [f"pa{c}Adv3Pw{c}{c}x{c}" for c in SPECIAL] + [f"{c}Adv3Pw" for c in SPECIAL]
+
+
+@pytest.mark.parametrize("tail", ["", "?maxOffsetsPerTrigger=5", "?kafka.sasl.password=Adv3Pw&events=5"])
+def test_every_error_for_a_url_with_user_info_hides_the_password(tail):
+    """Each URL is refused (bootstrap.servers takes no user info), and the error quotes it with the
+    password masked, whichever check refuses it: never a piece of the password as a topic or a key."""
+    shown_tail = tail.replace("=Adv3Pw&", "=***&")
+    for user, password in itertools.product(USERS, PASSWORDS):
+        with pytest.raises(ValueError) as info:
+            parse_kafka_url(f"kafka://{user}:{password}@127.0.0.1:9/t{tail}")
+        text = str(info.value)
+        assert "Adv3Pw" not in text and f"'kafka://{user}:***@127.0.0.1:9/t{shown_tail}'" in text, text
+
+
+def test_the_issue_url_with_a_question_mark_in_the_password_is_refused_as_user_info():
+    with pytest.raises(ValueError) as info:
+        parse_kafka_url("kafka://bob:pa?Adv3Secret@127.0.0.1:9/t")
+    assert str(info.value) == (
+        "input: a kafka:// URL takes no user or password (give the options kafka.sasl.username and "
+        "kafka.sasl.password), got 'kafka://bob:***@127.0.0.1:9/t'"
+    )
+
+
+def test_an_email_user_name_in_the_query_is_no_user_info():
+    spec = parse_kafka_url("kafka://h:9092/t?kafka.sasl.username=bob@corp.com&kafka.sasl.password=x")
+    assert (spec.bootstrap_servers, spec.topic) == ("h:9092", "t")
+    assert spec.options == {"kafka.sasl.username": "bob@corp.com", "kafka.sasl.password": "x"}
+
+
+def test_a_topic_kafka_would_refuse_is_refused_without_echoing_it_alone():
+    with pytest.raises(ValueError) as info:
+        parse_kafka_url("kafka://h:9092/my topic")
+    assert str(info.value) == "input: a Kafka topic name is 1 to 249 of a-z A-Z 0-9 . _ -, got 'kafka://h:9092/my topic'"
+
+
+# Issue 42 item 14: librdkafka's sensitive keys, not a hand list.
+def test_librdkafkas_sensitive_options_are_masked_in_repr_str_and_describe():
+    url = (f"kafka://h:9092/t?kafka.ssl.key.pem={SECRET}1&kafka.sasl.oauthbearer.config={SECRET}2"
+           f"&kafka.ssl.ca.pem={SECRET}3&kafka.sasl.username={SECRET}4&kafka.client.id=etl")
+    spec = parse_kafka_url(url)
+    assert spec.options["kafka.ssl.key.pem"] == f"{SECRET}1"  # still handed to the consumers
+    options = ("options={'kafka.ssl.key.pem': '***', 'kafka.sasl.oauthbearer.config': '***', "
+               "'kafka.ssl.ca.pem': '***', 'kafka.sasl.username': '***', 'kafka.client.id': 'etl'}")
+    for shown in (repr(spec), str(spec)):
+        assert SECRET not in shown and options in shown, shown
+    assert spec.describe() == "kafka://h:9092/t"
+    with pytest.raises(ValueError) as info:  # and in an error quoting the URL
+        parse_kafka_url(url + "&events=5")
+    assert str(info.value) == (
+        "input: events is for kafka://embedded/... only, got it in 'kafka://h:9092/t?kafka.ssl.key.pem=***"
+        "&kafka.sasl.oauthbearer.config=***&kafka.ssl.ca.pem=***&kafka.sasl.username=***&kafka.client.id=etl"
+        "&events=5'"
+    )
+
+
+# Issue 42 item 13: `file://u:Secret@/data/x` showed the password as the URI's host.
+@pytest.mark.parametrize("uri", [f"file://u:{SECRET}@/data/x", f"file://u:pa/{SECRET}@/data/x"])
+def test_a_file_uri_with_a_password_is_refused_without_it(uri):
+    from rebalancer.pipeline.paths import local_path
+
+    with pytest.raises(ValueError) as info:
+        local_path(uri)
+    assert str(info.value) == "a file: URI names a local path, got the host 'u:***@' in file://u:***@/data/x"
+
+
+def test_the_cli_refuses_a_file_uri_with_a_password_in_one_line_without_it(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.csv").write_text("ts,type,entity,value\n2024-01-01T00:00:00Z,cpu,h1,1.0\n")
+    for flag, other in (("--output", data), ("--input", tmp_path / "out")):
+        done = subprocess.run(
+            [sys.executable, "-m", "rebalancer.cli", "pipeline", "run", flag, f"file://u:{SECRET}@/data/x",
+             "--input" if flag == "--output" else "--output", str(other)],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            "rebalancer: error: a file: URI names a local path, got the host 'u:***@' in file://u:***@/data/x"
+        ], done.stderr
+
+
+# Issue 42 item 15: RunRequest's repr showed the input's secret options and an output's password.
+def test_the_repr_of_a_run_request_masks_every_location():
+    from rebalancer.pipeline.runner import RunRequest
+
+    request = RunRequest(
+        input=f"kafka://h:9092/t?kafka.sasl.password={SECRET}1&kafka.ssl.key.pem={SECRET}2&group=g",
+        output=f"ftp://u:{SECRET}3@h/o",
+    )
+    shown = repr(request)
+    assert SECRET not in shown and SECRET not in str(request), shown
+    assert shown.startswith(
+        "RunRequest(input='kafka://h:9092/t?kafka.sasl.password=***&kafka.ssl.key.pem=***&group=g', "
+        "output='ftp://u:***@h/o', partitions=None, "
+    ), shown
+    stream = RunRequest(input=f"hdfs://u:{SECRET}4@nn/in", output="o", stream=True,
+                        checkpoint=f"ftp://u:{SECRET}5@h/c", report_dir=f"ftp://u:{SECRET}6@h/r")
+    shown = repr(stream)
+    assert SECRET not in shown, shown
+    for part in ("input='hdfs://u:***@nn/in'", "checkpoint='ftp://u:***@h/c'", "report_dir='ftp://u:***@h/r'"):
+        assert part in shown, shown
+
+
+def test_the_repr_of_a_run_request_masks_an_inspected_input():
+    from rebalancer.pipeline.runner import RunRequest
+
+    spec = InputSpec(path=Path("/data"), format="csv", files=(Path("/data/a.csv"),), uri=f"ftp://bob:{SECRET}@h/data")
+    assert repr(spec) == (
+        "InputSpec(path=PosixPath('/data'), format='csv', files=(PosixPath('/data/a.csv'),), "
+        "columns={'ts': 'ts', 'type': 'type', 'entity': 'entity', 'value': 'value'}, headers={}, "
+        "uri='ftp://bob:***@h/data')"
+    )
+    kafka = parse_kafka_url(f"kafka://h:9092/t?kafka.sasl.password={SECRET}")
+    for given in (spec, kafka):
+        shown = repr(RunRequest(input=given, output="o"))
+        assert SECRET not in shown and shown.startswith(f"RunRequest(input={given!r}, output='o', "), shown
+
+
+@pytest.mark.parametrize("fields", [{"checkpoint": f"ftp://u:{SECRET}@h/c"},
+                                    {"plan_from": f"ftp://u:{SECRET}@h/p", "stream": True}])
+def test_a_run_request_refusing_a_location_hides_its_password(fields):
+    from rebalancer.pipeline.runner import RunRequest
+
+    with pytest.raises(ValueError) as info:
+        RunRequest(input="in", output="o", **fields)
+    assert SECRET not in str(info.value) and "ftp://u:***@h/" in str(info.value)

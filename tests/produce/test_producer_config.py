@@ -85,7 +85,8 @@ def test_repr_never_shows_a_secret():
         {"bootstrap.servers": "x:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
          "sasl.username": "u", "sasl.password": "hunter2-secret"}
     )  # fmt: skip
-    assert "hunter2" not in repr(cfg) and "sasl_username='u'" in repr(cfg)
+    assert "hunter2" not in repr(cfg) and "sasl_mechanism='PLAIN'" in repr(cfg)
+    assert "sasl_username" not in repr(cfg)  # librdkafka flags the user name sensitive too
 
 
 @pytest.mark.parametrize(

@@ -423,6 +423,8 @@ BAD_SNAPSHOTS = [
     ("nan-rate", lambda d: _broker1(d).update(msgRateIn=math.nan), None, "brokers['broker-1'].msgRateIn must be a finite number, got nan"),
     ("str-rate", lambda d: _broker1(d).update(msgRateIn="12"), None, "brokers['broker-1'].msgRateIn must be a finite number, got '12'"),
     ("broker-not-dict", lambda d: d["brokers"].update({"broker-1": 5}), None, "brokers['broker-1'] must be a LocalBrokerData object, got int"),
+    # Issue 42: the percentage overflowed, and the refusal named an inf the file does not hold.
+    ("tiny-limit", lambda d: _broker1(d).update(cpu={"usage": 50, "limit": 5e-324}), None, "brokers['broker-1'].cpu: usage 50.0 of limit 5e-324 is beyond any percentage"),
 ]  # fmt: skip
 
 

@@ -7,6 +7,7 @@ typical task, the pipeline's skew) and `spread` (max - min, the shedding simulat
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -42,6 +43,8 @@ def max_over_median(loads: ArrayLike, ndigits: int | None = None) -> float | Non
     if median <= 0:
         return None
     ratio = max(values) / median
+    if not math.isfinite(ratio):  # a median so tiny the ratio overflows: no finite ratio either
+        return None
     return ratio if ndigits is None else round(ratio, ndigits)
 
 

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from rebalancer._secrets import shown_location
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -54,7 +56,7 @@ def bounded_connect_start(
             _abandon(session, thread)
             advice = f"; {advice}" if advice else ""
             raise ValueError(
-                f"{field}: {url} accepted a connection but did not answer as a Spark Connect server "
+                f"{field}: {shown_location(url)} accepted a connection but did not answer as a Spark Connect server "
                 f"within {timeout:g} s{advice}"
             )
     finally:

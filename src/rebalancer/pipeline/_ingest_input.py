@@ -9,7 +9,7 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rebalancer._secrets import masked_url
+from rebalancer._secrets import masked_repr, masked_url
 from rebalancer.pipeline.contract import (
     REASONS as REASONS,
 )
@@ -68,6 +68,9 @@ class InputSpec:
     # The input as the URI it was given as (file://, hdfs://, s3a://, ...), handed to Spark unchanged;
     # `path` and `files` are then paths inside that URI's filesystem. None for a plain local path.
     uri: str | None = None
+
+    def __repr__(self) -> str:
+        return masked_repr(self)  # a password in `uri` (ftp://USER:PASSWORD@HOST/...) as ***
 
     def reads_from(self, file: Path | None = None) -> str:
         """What Spark's readers get for the input, or for one of its files (globs escaped)."""

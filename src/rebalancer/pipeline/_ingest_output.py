@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._secrets import masks_errors
 from rebalancer.pipeline._ingest_input import InputSpec
 from rebalancer.pipeline.contract import (
     REASONS as REASONS,
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from rebalancer.pipeline.contract import Input
 
 
+@masks_errors  # its messages name the output, input and checkpoint: a URI's password shows as ***
 def check_output(
     out: str | Path | OutputPath,
     spec: InputSpec | Input,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._secrets import shown_location
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline._stream_batch import BatchProcessor
 from rebalancer.pipeline._stream_query import (
@@ -231,7 +232,7 @@ def write_stream_summary(
         "mode": "stream",
         "input": input_name(spec),
         "format": spec.format,
-        "output": str(out),
+        "output": shown_location(str(out)),  # a URI's password as ***
         "output_mode": output_mode,
         "ingested": totals.ingested,
         "accepted": totals.accepted,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._secrets import masks_errors
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline._checks import check_int, check_partitions
 from rebalancer.pipeline.contract import SKEW_DIGITS
@@ -261,6 +262,7 @@ class StreamState:
     run would go on with its counts silently restarted from zero.
     """
 
+    @masks_errors  # its messages name the checkpoint: a URI's password shows as ***
     def __init__(self, path: OutputPath, partitions: int) -> None:
         self.path = path
         self.partitions = partitions

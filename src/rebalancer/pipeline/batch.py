@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer import __version__
+from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.core import (  # re-exported: callers import them from here
@@ -66,7 +67,7 @@ def _read_previous(path: OutputPath) -> tuple[Any, str | None]:
 
 def _ignored(path: OutputPath, problem: str) -> None:
     """One warning naming the file: a previous run's plan or summary is a hint, the run goes on without."""
-    log.warning("ignoring %s, which cannot be used: %s", path, problem)
+    log.warning("ignoring %s, which cannot be used: %s", shown_location(str(path)), problem)
 
 
 def load_previous_plan(out: OutputPath, partitions: int) -> dict[Item, int] | None:
@@ -112,6 +113,7 @@ class ReusedPlan:
         return {"from": self.source, "kept": kept, "moved": moved}
 
 
+@masks_errors  # its messages name the plan's location: a URI's password shows as ***
 def load_plan(source: str | Path, partitions: int, spark: SparkSession | None = None) -> ReusedPlan:
     """The plan of `source` (a plan.json, a `balanced_apply` PlanStore's file, or a directory holding
     either), asked for explicitly: anything that keeps it from being used is a ValueError naming the
@@ -447,7 +449,7 @@ def _run_batch(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input": spec.describe(),
         "format": spec.format,
-        "output": str(out),
+        "output": shown_location(str(out)),  # a URI's password as ***
         "output_mode": output_mode,
         "plan_reused": reused.outcome(plan) if reused is not None else None,
         "ingested": counts.ingested,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer._args import finite_float, integer
+from rebalancer._secrets import shown_location
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
@@ -238,9 +239,14 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
         from rebalancer.pipeline.session import is_connect_url
 
         if not is_connect_url(remote):
-            raise ValueError(f"remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}")
+            raise ValueError(
+                f"remote must be a Spark Connect URL sc://HOST:PORT, got {shown_location(remote)!r}"
+            )
         if flag and flag != remote:
-            raise ValueError(f"remote: give --master or --remote, not both (got {flag!r} and {remote!r})")
+            raise ValueError(
+                "remote: give --master or --remote, not both "
+                f"(got {shown_location(flag)!r} and {shown_location(remote)!r})"
+            )
         return remote
     if flag:
         return flag
@@ -431,7 +437,7 @@ def _run(console: Any, request: RunRequest, spark: Any, args: argparse.Namespace
                 on_batch=lambda batch: console.print(batch.line(), highlight=False, soft_wrap=True),
             )
     except StreamingQueryException as exc:  # the query's own failure: its cause, in one line
-        shown = request.input.describe() if hasattr(request.input, "describe") else str(request.input)
+        shown = request.input.describe() if hasattr(request.input, "describe") else shown_location(request.input)
         raise ValueError(f"stream from {shown} failed: {spark_error_reason(exc)}") from exc
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._secrets import shown_location
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.session import spark_error_reason
@@ -99,6 +100,8 @@ class Pipeline:
         or of one `split_by` shard of a hot type, and returns rows of `schema`. `key` is its
         table's primary key in a database sink (default: its string, date and timestamp columns).
         """
+        from rebalancer.pipeline.apply._func import check_one_argument, func_form
+
         patterns = (pattern,) if isinstance(pattern, str) else tuple(pattern)
         if not patterns or not all(isinstance(p, str) and p for p in patterns):
             raise ValueError(f"pattern must be a non-empty string or strings, got {pattern!r}")
@@ -106,12 +109,13 @@ class Pipeline:
             raise ValueError(f"schema must be a DDL string such as 'entity string, n long', got {schema!r}")
         if split_by is not None and split_by not in HANDLER_COLUMNS:
             raise ValueError(f"split_by must be one of {', '.join(HANDLER_COLUMNS)}, got {split_by!r}")
-        if combine is not None and not callable(combine):
-            raise ValueError(f"combine must be callable, got {combine!r}")
+        if combine is not None:  # refused here, as balanced_apply refuses it, not when the run gets to it
+            check_one_argument(combine, "combine", "the partial rows of a split type")
         if key is not None and (isinstance(key, str) or not key or not all(isinstance(k, str) for k in key)):
             raise ValueError(f"key must be a list of column names, got {key!r}")
 
         def register(func: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
+            func_form(func, "handler")  # what applyInPandas (and so balanced_apply) refuses
             handler_name = str(name or getattr(func, "__name__", ""))
             _check_name(handler_name)
             if any(h.name == handler_name for h in self.handlers):
@@ -246,7 +250,9 @@ class HandlerRun:
     result: Any = None  # BalancedApply, for the task stats after the write
 
     def section(self) -> dict[str, Any]:
-        section: dict[str, Any] = {"types": len(self.types), "rows": self.rows, "output": self.output}
+        section: dict[str, Any] = {
+            "types": len(self.types), "rows": self.rows, "output": shown_location(self.output)
+        }
         if self.result is None:
             return section
         plan = self.result.plan
@@ -420,7 +426,10 @@ def run_handlers(
     # A file: URI's stores are on its local path; a remote filesystem's are not kept (yet).
     store_root = stores if isinstance(stores, Path) else getattr(stores, "local", None)
     if store_root is None and cost == "seconds":
-        log.warning("--cost seconds: no plan store on %s (not a local path), so each run plans by rows", stores)
+        log.warning(
+            "--cost seconds: no plan store on %s (not a local path), so each run plans by rows",
+            shown_location(str(stores)),
+        )
     for name, types in routing.handlers.items():
         step(f"handler {name}")
         handler = routing.pipeline.get(name)

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
-from rebalancer.pipeline.clock import own_clock
+from rebalancer.pipeline.clock import SteadyClock, elapsed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -234,8 +234,10 @@ def report_task_stats(fn: Callable[[pd.DataFrame], pd.DataFrame], stats: Any | N
     the applyInPandas schema then ends with STATS_SCHEMA, and `split_task_stats` splits the result.
     """
 
+    clock = SteadyClock()
+
     def handle(frame: pd.DataFrame) -> pd.DataFrame:
-        return _timed_call(fn, frame, len(frame), stats, with_stats_columns)
+        return _timed_call(fn, frame, len(frame), stats, with_stats_columns, clock)
 
     return handle
 
@@ -243,20 +245,28 @@ def report_task_stats(fn: Callable[[pd.DataFrame], pd.DataFrame], stats: Any | N
 StatsColumns = Callable[[Any, int, int, float, float], Any]  # (out, pid, rows, started, ended) -> out
 
 
-def _timed_call(fn: Callable[[Any], Any], data: Any, rows: int, stats: Any | None, with_columns: StatsColumns) -> Any:
+def _timed_call(
+    fn: Callable[[Any], Any],
+    data: Any,
+    rows: int,
+    stats: Any | None,
+    with_columns: StatsColumns,
+    clock: SteadyClock,
+) -> Any:
     """`fn(data)`, reported to `stats`, or with `with_columns` (its stats columns) when None.
 
-    Timed on `own_clock`, as `balanced_apply`'s calls are, so the two report comparable seconds."""
+    Timed on `clock` (`own_clock`, never going back), as `balanced_apply`'s calls are, so the two
+    report comparable seconds."""
     from pyspark import TaskContext
 
-    started = own_clock()
+    started = clock()
     out = fn(data)
-    ended = own_clock()
+    ended = clock()
     context = TaskContext.get()
     pid = context.partitionId() if context is not None else -1
     if stats is None:
         return with_columns(out, pid, rows, started, ended)
-    stats.add({pid: [rows, started, ended, ended - started, 1]})
+    stats.add({pid: [rows, started, ended, elapsed(started, ended), 1]})
     return out
 
 
@@ -295,12 +305,14 @@ def make_slot_handler(stats: Any | None) -> Callable[[Iterator[pa.RecordBatch]],
     Reports each call as `report_task_stats` does: to `stats`, or in STATS_COLUMNS when None.
     """
 
+    clock = SteadyClock()
+
     def handle(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [batch for batch in batches if batch.num_rows]
         if not received:  # an empty task: no call, as a grouped map makes none
             return
         table = pa.Table.from_batches(received)
-        out = _timed_call(aggregate_arrow, table, table.num_rows, stats, with_arrow_stats_columns)
+        out = _timed_call(aggregate_arrow, table, table.num_rows, stats, with_arrow_stats_columns, clock)
         yield from out.to_batches(max_chunksize=ARROW_OUTPUT_ROWS)
 
     return handle
@@ -323,16 +335,18 @@ def collect_task_stats(calls: DataFrame) -> dict[int, list[float]]:
     merged: dict[int, list[float]] = {}
     param = TaskStatsParam()
     for pid, _call, rows, started, ended in calls.collect():
-        param.addInPlace(merged, {int(pid): [int(rows), float(started), float(ended), float(ended - started), 1]})
+        numbers = [int(rows), float(started), float(ended), elapsed(started, ended), 1]
+        param.addInPlace(merged, {int(pid): numbers})
     return merged
 
 
 def task_stats(raw: dict[int, list[float]], partitions: int) -> tuple[list[int], list[float]]:
-    """Rows and seconds per task, 0 for a task that got no rows; seconds span first to last group."""
+    """Rows and seconds per task, 0 for a task that got no rows; seconds span first to last group,
+    0.0 where the clock read the end before the start (`clock.elapsed`): loads >= 0 for the skew."""
     rows = [0] * partitions
     seconds = [0.0] * partitions
     for pid, (count, start, end, *_rest) in raw.items():
         if 0 <= pid < partitions:
             rows[pid] = int(count)
-            seconds[pid] = round(float(end - start), 4)
+            seconds[pid] = round(elapsed(float(start), float(end)), 4)
     return rows, seconds

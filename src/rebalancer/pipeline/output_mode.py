@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rebalancer._secrets import masks_errors
 from rebalancer.pipeline.paths import HadoopFS, join, local_path
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ def _layout(output: str | Path, spark: SparkSession | None) -> str | None:
     return None
 
 
+@masks_errors  # its messages name the output: a URI's password shows as ***
 def check_output_mode(
     output: str | Path,
     mode: str,
@@ -101,6 +103,7 @@ def check_output_mode(
         )
 
 
+@masks_errors
 def clear_outputs(
     output: str | Path,
     mode: str,

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from rebalancer._secrets import masked_url
+from rebalancer._secrets import masked_text, masked_url, shown_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,7 +60,12 @@ def local_path(location: str | Path) -> Path | None:
         return None
     host = prefix[len(scheme) + 1 :].removeprefix("//")
     if host not in ("", "localhost"):
-        raise ValueError(f"a file: URI names a local path, got the host {host!r} in {location}")
+        # Shown from the masked URI: a user info (`file://u:Secret@/x`) is no host, and its password
+        # may hold a '/' that splits it between what the pattern reads as host and path.
+        shown = masked_url(location)
+        shown_parts = split_uri(shown)
+        shown_host = shown_parts[1][len(scheme) + 1 :].removeprefix("//") if shown_parts else host
+        raise ValueError(f"a file: URI names a local path, got the host {shown_host!r} in {shown}")
     return Path(path or "/")
 
 
@@ -135,7 +140,7 @@ class HadoopFS:
             message = str(java.getMessage() or "").strip().splitlines()
             # A password in the URI (Hadoop's ftp:// takes one) as ***, in the message too; cut after.
             shown = masked_url(uri)
-            text = f"{shown}: {kind}" + (f": {message[0].replace(uri, shown)[:300]}" if message else "")
+            text = f"{shown}: {kind}" + (f": {masked_text(message[0].replace(uri, shown))[:300]}" if message else "")
             if kind == "UnsupportedFileSystemException" or "ClassNotFoundException" in text:
                 text += " (put the filesystem's Hadoop connector on Spark's classpath: --packages or spark.jars)"
             if kind == "FileNotFoundException":
@@ -208,7 +213,7 @@ class HadoopFS:
         with self.errors(uri):
             fs, path = self._fs_path(uri)
             if not fs.mkdirs(path):
-                raise ValueError(f"cannot create the directory {uri}")
+                raise ValueError(f"cannot create the directory {shown_location(uri)}")
 
     def rename(self, source: str, target: str) -> None:
         """Move `source` over `target`: object stores have no atomic rename, so delete, then move."""
@@ -218,7 +223,7 @@ class HadoopFS:
             if fs.exists(dst):
                 fs.delete(dst, False)
             if not fs.rename(src, dst):
-                raise ValueError(f"cannot rename {source} to {target}")
+                raise ValueError(f"cannot rename {shown_location(source)} to {shown_location(target)}")
 
 
 class UriPath:
@@ -232,14 +237,14 @@ class UriPath:
         self.uri = uri
         self.local = local_path(uri)
         if self.local is None and fs is None:
-            raise ValueError(f"{uri} is on a remote filesystem: it needs a Spark session to be reached")
+            raise ValueError(f"{shown_location(uri)} is on a remote filesystem: it needs a Spark session to be reached")
         self.fs = fs
 
     def __str__(self) -> str:
         return self.uri
 
     def __repr__(self) -> str:
-        return f"UriPath({self.uri!r})"
+        return f"UriPath({shown_location(self.uri)!r})"  # a password in it as ***
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, UriPath) and other.uri == self.uri
@@ -310,7 +315,9 @@ def output_path(location: str | Path, spark: SparkSession | None = None) -> Outp
         return Path(location)
     remote = local_path(location) is None
     if remote and spark is None:
-        raise ValueError(f"{location} is on a remote filesystem: it needs a Spark session to be reached")
+        raise ValueError(
+            f"{shown_location(location)} is on a remote filesystem: it needs a Spark session to be reached"
+        )
     return UriPath(location, HadoopFS(spark) if remote and spark is not None else None)
 
 

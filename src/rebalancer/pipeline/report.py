@@ -15,9 +15,13 @@ if TYPE_CHECKING:
     from rebalancer.pipeline.run_summary import RunSummary
 
 
-def format_skew(ratio: float | None) -> str:
-    """max/median task rows, two decimals; None means the median task had no rows."""
-    return "n/a (the median task is empty)" if ratio is None else f"{ratio:.2f}"
+SECONDS_NONE = "the median task took 0.0 s"  # why a skew of task seconds is None
+
+
+def format_skew(ratio: float | None, none: str = "the median task is empty") -> str:
+    """max/median task rows (or seconds), two decimals; None says `none`: the median task had no
+    rows (or measured no time, a clock's noise that must not fail a run)."""
+    return f"n/a ({none})" if ratio is None else f"{ratio:.2f}"
 
 
 # Rows this even with seconds this uneven: the tasks' fixed costs, not their rows, set the wall.
@@ -285,7 +289,7 @@ def _handler_table(summary: dict[str, Any]) -> str:
             f"{section['rows']:,}",
             "" if section.get("calls") is None else f"{section['calls']:,}",
             ", ".join(section.get("split_types", [])) or "none",
-            format_skew(section.get("seconds_skew_ratio")),
+            format_skew(section.get("seconds_skew_ratio"), SECONDS_NONE),
         ]
         body += "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
     unhandled = summary.get("unhandled", 0)
@@ -299,11 +303,11 @@ def _handler_table(summary: dict[str, Any]) -> str:
 
 
 def _handler_seconds(summary: dict[str, Any]) -> tuple[str, str] | None:
-    series = [
-        (f"{name}, skew {format_skew(section.get('seconds_skew_ratio'))}", section["task_seconds"])
-        for name, section in _user_handlers(summary).items()
-        if section.get("task_seconds")
-    ]
+    series: list[tuple[str, list[float]]] = []
+    for name, section in _user_handlers(summary).items():
+        if section.get("task_seconds"):
+            skew = format_skew(section.get("seconds_skew_ratio"), SECONDS_NONE)
+            series.append((f"{name}, skew {skew}", section["task_seconds"]))
     if not series:
         return None
     return (

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rebalancer._numbers import parse_float, parse_int, shown
-from rebalancer._secrets import masked_url
+from rebalancer._secrets import shown_location
 from rebalancer.pipeline._checks import check_int
 from rebalancer.pipeline.apply._items import COSTS
 from rebalancer.pipeline.contract import FORMATS, Input, column_mapping
@@ -280,11 +280,6 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
-def _shown_setting(value: object) -> str:
-    """A value as a refusal quotes it: a URI's password masked."""
-    return masked_url(value) if isinstance(value, str) else str(value)
-
-
 def check_settings(request: Request, defaults: Mapping[str, object]) -> None:
     """Every field's value by its rule, then every setting this run would ignore (one differing from
     its entry in `defaults`); the first refusal is a ValueError naming the setting's flag."""
@@ -297,4 +292,4 @@ def check_settings(request: Request, defaults: Mapping[str, object]) -> None:
         for use in setting.uses:
             words, applies = USES[use]
             if not applies(request):
-                raise ValueError(f"{setting.label}: {words}, got {_shown_setting(value)}")
+                raise ValueError(f"{setting.label}: {words}, got {shown_location(value) if isinstance(value, str) else value}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
+from rebalancer._secrets import masked_repr
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.paths import is_remote, join
@@ -80,6 +81,11 @@ class RunRequest:
     sink: PostgresSink | None = field(default=None, repr=False)
     kafka_timeout: float | None = None
     compare_hash: bool = False  # also time Spark's hash placement on the same input
+
+    def __repr__(self) -> str:
+        """Each location (input, output, checkpoint, ...) with a URI's password and a kafka:// URL's
+        secret options as ***; an inspected input masks its own."""
+        return masked_repr(self)
 
     def __post_init__(self) -> None:
         # Every field by the one table the command's flags are made from (run_fields), so a value

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rebalancer._numbers import parse_int
+from rebalancer._secrets import masked_text, shown_location
 from rebalancer.pipeline._connect import is_connect, is_connect_url
+from rebalancer.pipeline._py4j_log import hide_py4j_values
+
+hide_py4j_values()  # before any session: Py4J's DEBUG lines would carry option values and passwords
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -179,7 +183,7 @@ def _bounded_start(
                 _stop_jvm(thread)
             advice = f"; {advice}" if advice else ""
             raise ValueError(
-                f"{field}: {master} accepted a connection but did not answer as a Spark master "
+                f"{field}: {shown_location(master)} accepted a connection but did not answer as a Spark master "
                 f"within {timeout:g} s{advice}"
             )
         thread.join(wait)
@@ -243,9 +247,9 @@ def master_addresses(master: str | None) -> list[tuple[str, int]]:
         try:
             found.append((parts.hostname or "", parts.port or port))
         except ValueError:
-            raise ValueError(f"master: bad port in {text!r}: {host!r}") from None
+            raise ValueError(f"master: bad port in {shown_location(text)!r}: {host!r}") from None
     if not all(name for name, _ in found):
-        raise ValueError(f"master: no host in {text!r}")
+        raise ValueError(f"master: no host in {shown_location(text)!r}")
     return found
 
 
@@ -275,7 +279,8 @@ def check_reachable(master: str | None, timeout: float, field: str = "master", a
             reasons.append(f"{host}:{port}: {exc.strerror or type(exc).__name__}")
     if reasons:
         advice = f"; {advice}" if advice else ""
-        raise ValueError(f"{field}: cannot reach {master} within {timeout:g} s ({'; '.join(reasons)}){advice}")
+        shown = shown_location(str(master))  # sc://HOST:PORT/;token=... as ***
+        raise ValueError(f"{field}: cannot reach {shown} within {timeout:g} s ({'; '.join(reasons)}){advice}")
 
 
 # pyspark[connect]'s client needs these; the 'spark' extra installs them.
@@ -369,7 +374,8 @@ def spark_error_reason(exc: BaseException, limit: int = 300) -> str:
     line is Spark's ("[PYTHON_DATA_SOURCE_ERROR] ... Traceback (most recent call last):"). The cause
     is the exception at the end of the last traceback: `ValueError: topic 'missing' does not exist`
     gives "topic 'missing' does not exist". Without a Python traceback it is the root Java cause of a
-    Py4J error, else the error's first line; Spark's SQLSTATE suffix is dropped either way.
+    Py4J error, else the error's first line; Spark's SQLSTATE suffix is dropped either way, and a
+    URL's password (an ftp:// output's) is shown as ***.
     """
     text = str(exc)
     workers = worker_import_reason(text)
@@ -390,7 +396,7 @@ def spark_error_reason(exc: BaseException, limit: int = 300) -> str:
         reason = _PLAIN_TYPES.sub("", " ".join(cause))
     if not reason:
         reason = _java_root_cause(exc) or next((line.strip() for line in text.splitlines() if line.strip()), "")
-    reason = _SQLSTATE.sub("", reason).strip()
+    reason = masked_text(_SQLSTATE.sub("", reason).strip())  # a URI Spark quotes, with its password
     return (reason or type(exc).__name__)[:limit]
 
 

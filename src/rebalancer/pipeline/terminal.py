@@ -195,7 +195,7 @@ def print_summary(
 
 def handler_lines(summary: dict[str, Any]) -> list[str]:
     """One line per handler (types, rows, calls, task-seconds skew) and the unhandled rows, if any."""
-    from rebalancer.pipeline.report import format_skew
+    from rebalancer.pipeline.report import SECONDS_NONE, format_skew
 
     handlers = summary.get("handlers", {})
     if set(handlers) <= {"metrics"} and not summary.get("unhandled"):
@@ -207,7 +207,8 @@ def handler_lines(summary: dict[str, Any]) -> list[str]:
         if calls is not None:
             line += f", {calls:,} calls"
         if "seconds_skew_ratio" in section:
-            line += f", skew {format_skew(section['seconds_skew_ratio'])} (max/median task seconds)"
+            skew = format_skew(section["seconds_skew_ratio"], SECONDS_NONE)
+            line += f", skew {skew} (max/median task seconds)"
         lines.append(line)
     if summary.get("unhandled"):
         lines.append(f"unhandled: {summary['unhandled']:,} rows of {len(summary['unhandled_types'])} types")

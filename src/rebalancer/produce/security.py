@@ -1,7 +1,8 @@
 """TLS and SASL settings under librdkafka's names, mapped onto aiokafka's client arguments.
 
 Secrets (`sasl.password`, `ssl.key.password`) never reach a log line, an error message, `repr` or
-`stats()`: errors name the key, never its value, and `SecuritySettings.__repr__` masks them.
+`stats()`: errors name the key, never its value, and `SecuritySettings.__repr__` leaves out every
+key librdkafka flags sensitive (the user name and the key's path as well).
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ class SecuritySettings:
 
     protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
-    sasl_username: str | None = None
+    sasl_username: str | None = field(default=None, repr=False)  # librdkafka flags it sensitive too
     sasl_password: str | None = field(default=None, repr=False)
     ca_location: str | None = None
     certificate_location: str | None = None
-    key_location: str | None = None
+    key_location: str | None = field(default=None, repr=False)  # librdkafka flags it sensitive
     key_password: str | None = field(default=None, repr=False)
     verify_certificates: bool = True
 

@@ -18,10 +18,17 @@ Ideas, and why:
   preallocation idea that spares LeastLongTermMessageRate from over-placement, so stale reports do not
   cause a second round of unloading.
 * A bundle never returns to a broker it left within ``no_return_cycles``: no oscillation by design.
+* A predicted usage never goes below zero. A broker reports its usage and its bundles' rates sampled
+  at different times, so its bundles can be worth more usage points than it reports; moving them
+  would take it below zero, and what it cannot move (its fixed load) is ``max(0, usage - bundles)``.
+  Pulsar's TransferShedder clamps the same way (``Math.max(0, maxLoad - offload)``). Each clamp is
+  counted in ``clamped`` and logged at DEBUG.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -29,6 +36,17 @@ from rebalancer.balance import plan_rebalance
 from rebalancer.balance._checks import _is_int, describe, is_real
 from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
+
+log = logging.getLogger(__name__)
+
+# The planner's loads, in `resolution` units, stay below this: exact in a float, and far inside int64.
+MAX_UNITS = 2.0**53
+
+
+def _beyond_rounding(have: float, take: float) -> bool:
+    """`take` exceeds `have` by more than float rounding (moving all of a broker's load would
+    otherwise count as taking more than it has, by a last bit)."""
+    return not math.isclose(have, take, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def _count(name: str, value: int, minimum: int) -> int:
@@ -90,6 +108,12 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
         self.in_flight: dict[str, _InFlight] = {}
         self.departures: dict[str, dict[str, int]] = {}
         self.preallocated: dict[str, dict[str, float]] = {}
+        # Times a broker's bundles, at its usage per msg/s, were worth more than its (predicted) usage,
+        # which was then taken as 0 rather than below (see the module docstring).
+        self.clamped = 0
+        # Pairs left unplanned because their numbers were too large for the planner's integer units
+        # (rates or usages far beyond a real broker's), rather than failing the cycle.
+        self.unplannable = 0
 
     # -- estimates ---------------------------------------------------------------------------------
 
@@ -99,10 +123,17 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
 
     @staticmethod
     def _usage_per_rate(cluster: ClusterLoad, usage: dict[str, float]) -> dict[str, float]:
-        """Usage points per msg/s on each broker; brokers without traffic get the cluster median."""
-        raw = {
-            b: usage[b] / d.msg_rate for b, d in cluster.brokers.items() if d.msg_rate > 0 and usage[b] > 0
-        }
+        """Usage points per msg/s on each broker; brokers without traffic get the cluster median.
+
+        A broker's rate is the larger of its own and its bundles' sum: the two are sampled apart, and
+        by the smaller its bundles would be worth more than all its usage. A ratio that underflows to
+        0 or overflows (rates far beyond a real broker's) counts as no traffic."""
+        raw = {}
+        for b, d in cluster.brokers.items():
+            rate = max(d.msg_rate, sum(load.msg_rate for _, load in cluster.bundles_with_data(b)))
+            ratio = usage[b] / rate if rate > 0 else 0.0
+            if 0.0 < ratio < math.inf:
+                raw[b] = ratio
         if not raw:
             return {}
         median = statistics.median(raw.values())
@@ -115,12 +146,26 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
             if done or self.cycle - move.cycle > self.in_flight_timeout_cycles:
                 del self.in_flight[bundle]
 
+    def _drop(self, predicted: dict[str, float], broker: str, points: float, bundle: str) -> float:
+        """Take `points` off `broker`'s predicted usage, never below zero; the points taken."""
+        before = predicted[broker]
+        if points > before:
+            if _beyond_rounding(before, points):
+                self.clamped += 1
+                log.debug(
+                    "BalancedShedder: bundle %s is worth %.3g usage points on %s, which has %.3g; left at 0",
+                    bundle, points, broker, before,
+                )
+            points = before
+        predicted[broker] = before - points
+        return points
+
     def _predicted(self, cluster: ClusterLoad, usage: dict[str, float]) -> dict[str, float]:
         predicted = dict(usage)
         for bundle, move in self.in_flight.items():
             owner = cluster.owner_of(bundle)
             if owner == move.source and move.source in predicted:
-                predicted[move.source] -= move.source_drop
+                self._drop(predicted, move.source, move.source_drop, bundle)
             if owner != move.destination and move.destination in predicted:
                 predicted[move.destination] += move.destination_gain
         return predicted
@@ -192,8 +237,7 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
                 sources.discard(source)
                 continue
             for bundle, rate, src, dst in moves:
-                drop, gain = per_rate[src] * rate, per_rate[dst] * rate
-                predicted[src] -= drop
+                drop, gain = self._drop(predicted, src, per_rate[src] * rate, bundle), per_rate[dst] * rate
                 predicted[dst] += gain
                 movable[src] = [item for item in movable[src] if item[0] != bundle]
                 movable[dst].append((bundle, rate))
@@ -244,16 +288,32 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
         if not names:
             return []
         owner = [0] * len(names)
-        fixed = [max(0.0, level[0] / k[0] - sum(rates)), level[1] / k[1]]
+        # What cannot move: the source's usage its bundles do not explain (none when they explain more
+        # than all of it), and all of the destination's. Predicted usages are >= 0 (`_drop`).
+        unexplained = level[0] / k[0] - sum(rates)
+        if unexplained < 0 and _beyond_rounding(level[0] / k[0], sum(rates)):
+            self.clamped += 1
+            log.debug(
+                "BalancedShedder: %s's bundles are worth %.3g msg/s more than its usage; its fixed load is 0",
+                source, -unexplained,
+            )
+        fixed = [max(0.0, unexplained), level[1] / k[1]]
         # Rates in units of `resolution` usage points on the source: the planner then sees plans that
         # differ by less as equal, and of those takes the one with the fewest moves.
         unit = self.resolution / k[0]
+        units = [r / unit for r in rates]
+        fixed_units = [f / unit for f in fixed]
+        capacity = [1 / k[0], 1 / k[1]]
+        if not (sum(units) + sum(fixed_units) < MAX_UNITS and all(map(math.isfinite, capacity))):
+            self.unplannable += 1
+            log.debug("BalancedShedder: %s -> %s: numbers too large to plan; no move", source, destination)
+            return []
         plan = plan_rebalance(
-            [round(r / unit) for r in rates],
+            [round(u) for u in units],
             owner,
             2,
-            capacity=[1 / k[0], 1 / k[1]],
-            fixed_load=[f / unit for f in fixed],
+            capacity=capacity,
+            fixed_load=fixed_units,
             skip_ratio=1.0,
             max_moves=budget,
         )

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +105,8 @@ def parse_broker(where: str, data: object) -> tuple[BrokerLoad, dict[str, float]
         # Pulsar's ResourceUsage.percentUsage(): 0 without a limit, and not capped at 100. (Pulsar
         # divides in float32; this double differs from it by less than one float32 step.)
         percent = 100.0 * usage / limit if limit > 0 else 0.0
+        if not math.isfinite(percent):  # a limit so small that the percentage overflows
+            raise ValueError(f"{where}.{pulsar}: usage {usage!r} of limit {limit!r} is beyond any percentage")
         usages[ours], limits[pulsar] = percent, limit
     bundles = _field(where, data, "bundles")
     if not isinstance(bundles, list) or not all(isinstance(b, str) for b in bundles):
@@ -306,7 +310,7 @@ def _shifted(
     tp_in, tp_out = delta("msg_throughput_in"), delta("msg_throughput_out")
 
     def pct(value: float) -> float:
-        return min(100.0, max(0.0, value))
+        return min(100.0, _valid_rate(value))
 
     return BrokerLoad(
         cpu=pct(recorded.cpu + cost["cpu"] * rate),
@@ -314,12 +318,21 @@ def _shifted(
         direct_memory=pct(recorded.direct_memory + cost["direct_memory"] * rate),
         bandwidth_in=pct(recorded.bandwidth_in + cost["bandwidth_in"] * tp_in),
         bandwidth_out=pct(recorded.bandwidth_out + cost["bandwidth_out"] * tp_out),
-        msg_rate_in=max(0.0, recorded.msg_rate_in + delta("msg_rate_in")),
-        msg_rate_out=max(0.0, recorded.msg_rate_out + delta("msg_rate_out")),
-        msg_throughput_in=max(0.0, recorded.msg_throughput_in + tp_in),
-        msg_throughput_out=max(0.0, recorded.msg_throughput_out + tp_out),
+        msg_rate_in=_valid_rate(recorded.msg_rate_in + delta("msg_rate_in")),
+        msg_rate_out=_valid_rate(recorded.msg_rate_out + delta("msg_rate_out")),
+        msg_throughput_in=_valid_rate(recorded.msg_throughput_in + tp_in),
+        msg_throughput_out=_valid_rate(recorded.msg_throughput_out + tp_out),
         bundles=owned,
     )
+
+
+def _valid_rate(value: float) -> float:
+    """A shifted rate or usage as a report may hold it: never below 0 (a broker's own rate and its
+    bundles' are sampled apart, so taking a bundle off can overshoot), never past a float's range,
+    and 0.0 for the NaN of `inf - inf` (rates so large their sums overflow)."""
+    if not value > 0.0:
+        return 0.0
+    return min(value, sys.float_info.max)
 
 
 def _costs(snapshot: Snapshot) -> dict[str, dict[str, float]]:

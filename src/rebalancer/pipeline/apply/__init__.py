@@ -7,10 +7,11 @@ by `rebalancer.balance`; each row gets an int slot key that Spark's hash partiti
 to its slot (`slots.partition_keys`), so one `repartition(n, slot key)` realises the plan and the
 grouping reuses that partitioning. `help(balanced_apply)` has the contract.
 
-The modules: `_plan` (counting and planning), `_store` (the plan store), `_lookup` (each row's
-slot and item), `_convert` and `_grouped` (the grouped execution), `_result` (what is returned),
-`_call` (`balanced_apply` itself); the task clock is `rebalancer.pipeline.clock`, shared with the
-pipeline's handlers.
+The modules: `_keys` (the keys, as `groupBy` resolves them), `_func` (func's form and checks, as
+applyInPandas decides them), `_plan` (counting and planning), `_store` (the plan store), `_lookup`
+(each row's slot and item), `_convert` and `_grouped` (the grouped execution), `_result` (what is
+returned), `_call` (`balanced_apply` itself); the task clock is `rebalancer.pipeline.clock`, shared
+with the pipeline's handlers.
 """
 
 from rebalancer.pipeline.apply._call import balanced_apply, parse_schema

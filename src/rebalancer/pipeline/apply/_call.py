@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer.pipeline._checks import check_partitions
 from rebalancer.pipeline.apply._convert import PandasTerms
+from rebalancer.pipeline.apply._func import check_one_argument, code_name, func_form
 from rebalancer.pipeline.apply._grouped import OutputCheck, grouped_map, make_call, make_merge
 from rebalancer.pipeline.apply._items import (
     COMBINE_COLUMN,
@@ -20,6 +21,7 @@ from rebalancer.pipeline.apply._items import (
     SLOT_COLUMN,
     Key,
 )
+from rebalancer.pipeline.apply._keys import case_sensitive, column_named, reserved_column, resolve_keys
 from rebalancer.pipeline.apply._lookup import with_slot_columns
 from rebalancer.pipeline.apply._plan import count_buckets, count_keys, plan_keys, shard_counts
 from rebalancer.pipeline.apply._result import BalancedApply, SumParam, flush_pending, hold_pending
@@ -31,7 +33,7 @@ from rebalancer.pipeline.workers import check_worker_python
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(LOGGER)
@@ -39,33 +41,30 @@ log = logging.getLogger(LOGGER)
 
 def _check_arguments(
     df: DataFrame,
-    key_columns: list[str],
-    func: Any,
+    exact: bool,
     partitions: int | None,
     split_by: str | None,
     combine: Any,
     split_safe: Any,
     cost: str,
     max_moves: int | None,
-) -> None:
-    columns = set(df.columns)
-    for name in key_columns:
-        if name not in columns:
-            raise ValueError(f"key: no column {name!r} in the frame (columns: {', '.join(df.columns)})")
-    if not key_columns:
-        raise ValueError("key: at least one column is needed, got none")
-    if split_by is not None and split_by not in columns:
-        raise ValueError(f"split_by: no column {split_by!r} in the frame (columns: {', '.join(df.columns)})")
-    if split_by is not None and split_by in key_columns:
-        raise ValueError(f"split_by: {split_by!r} is a key column; splitting by it changes nothing")
+) -> str | None:
+    """The arguments other than key and func checked, before any job; `split_by` resolved as
+    Spark resolves a name (see `_keys.column_named`)."""
+    columns = list(df.columns)
+    split_column = None
+    if split_by is not None:
+        if not isinstance(split_by, str):
+            raise ValueError(f"split_by must be a column name, got {split_by!r}")
+        split_column = column_named(columns, split_by, "split_by", exact)
+        if split_column is None:
+            raise ValueError(f"split_by: no column {split_by!r} in the frame (columns: {', '.join(columns)})")
     if partitions is not None:
         check_partitions(partitions)
     if cost not in COSTS:
         raise ValueError(f"cost must be one of {', '.join(COSTS)}, got {cost!r}")
-    if not callable(func):
-        raise ValueError(f"func must be callable, got {func!r}")
-    if combine is not None and not callable(combine):
-        raise ValueError(f"combine must be callable, got {combine!r}")
+    if combine is not None:
+        check_one_argument(combine, "combine", "the partial rows of a split key")
     if not isinstance(split_safe, bool):
         raise ValueError(f"split_safe must be True or False, got {split_safe!r}")
     if split_safe and combine is not None:
@@ -79,9 +78,10 @@ def _check_arguments(
         isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
     ):
         raise ValueError(f"max_moves must be an int >= 0, got {max_moves!r}")
-    reserved = sorted(name for name in columns if name.startswith(RESERVED_PREFIX))
-    if reserved:
-        raise ValueError(f"df: column {reserved[0]!r} is reserved by balanced_apply (prefix {RESERVED_PREFIX!r})")
+    reserved = reserved_column(columns, exact)
+    if reserved is not None:
+        raise ValueError(f"df: column {reserved!r} is reserved by balanced_apply (prefix {RESERVED_PREFIX!r})")
+    return split_column
 
 
 def parse_schema(schema: Any) -> StructType:
@@ -122,8 +122,8 @@ def split_unsafe_message(split_by: str) -> str:
 
 def balanced_apply(
     df: DataFrame,
-    key: str | Sequence[str],
-    func: Callable[..., pd.DataFrame],
+    key: str | int | Column | Sequence[str | int | Column],
+    func: Callable[..., Any],
     schema: Any,
     partitions: int | None = None,
     split_by: str | None = None,
@@ -140,18 +140,31 @@ def balanced_apply(
     finds hot keys: cache `df` if it is costly), placed on `partitions` tasks by weight, and one
     exchange sends each key's rows to its task. `result.frame` stays lazy, like applyInPandas.
 
+    key: what `groupBy` takes: a column name (resolved as Spark resolves it: ignoring case unless
+        `spark.sql.caseSensitive`; an ambiguous name is a ValueError), a 1-based ordinal, a Column
+        expression (`(col("id") % 4).cast("int")`, `window("ts", "1 minute")`), or a list of them;
+        an empty list is one group of all rows. An expression is grouped by as a hidden column:
+        func sees its value in the key tuple only, as with applyInPandas.
     func: gets one key's rows as a pandas DataFrame with `df`'s columns, indexed 0..n-1, with the
         dtypes applyInPandas would give; a two-argument func gets the key tuple first. It returns
         a DataFrame matching `schema` (a DDL string or StructType), by name or by position as
-        applyInPandas matches. Null keys form one group. An exception in func, or an output that
-        does not fit the schema, is raised with the key it came from.
+        applyInPandas matches. Type hints `Iterator[pd.DataFrame] -> Iterator[pd.DataFrame]`
+        make it applyInPandas' iterator form: it gets the rows in frames of at most
+        `spark.sql.execution.arrow.maxRecordsPerBatch` rows and yields frames. A func taking
+        another number of arguments is refused at the call, as applyInPandas refuses it. Null keys
+        form one group. An exception in func is raised as it is (its traceback shows your file
+        and line), with a note naming the key; an output that does not fit the schema is raised
+        with the key it came from and pyarrow's reason. Spark's worker logs (and prints) from func
+        under func's name, as with applyInPandas.
     partitions: the tasks; default `spark.sql.shuffle.partitions`, as `groupBy` uses.
-    split_by: a column by which a key heavier than total/partitions may be split into shards
-        (`pmod(hash(split_by), 64)` buckets packed into shards); func then runs once per shard.
-        Never split without it. A shard holds all rows of each `split_by` value it has.
+    split_by: a column (named as key's names are resolved) by which a key heavier than
+        total/partitions may be split into shards (`pmod(hash(split_by), 64)` buckets packed into
+        shards); func then runs once per shard. Never split without it. A shard holds all rows of
+        each `split_by` value it has.
     combine: `combine(partials) -> rows`: merges a split key's shard outputs (func's rows of its
         shards, concatenated) into that key's rows; any decomposable aggregation (counts, sums,
-        min/max, sketches). Unsplit keys' outputs pass through untouched.
+        min/max, sketches). Unsplit keys' outputs pass through untouched. A combine that cannot
+        take one argument is refused at the call.
     split_safe: True says func's output rows each depend only on rows of one `split_by` value
         (one row per `split_by` value, or finer groups), so shard outputs are the final rows.
         `split_by` needs `combine` or `split_safe=True` (not both): otherwise a hot key would
@@ -160,10 +173,11 @@ def balanced_apply(
         store last recorded (a key not measured: its rows at that run's per-row rate). Seconds are
         on `rebalancer.pipeline.clock.own_clock` (monotonic less time spent waiting for a CPU).
     store: a `PlanStore` or directory holding the last plan and the measured seconds. A stored
-        plan for the same key columns and partitions is kept while its max/min task load under
-        the new weights stays below 1.15 (otherwise the fewest keys move that balance it). The plan is written now; the measurements when `task_stats()` is
-        called, or when the next balanced_apply with this store starts. A damaged store is ignored
-        with one warning.
+        plan for the same keys (named by column, or by an expression's label) and partitions is
+        kept while its max/min task load under the new weights stays below 1.15 (otherwise the
+        fewest keys move that balance it). The plan is written now; the measurements when
+        `task_stats()` is called, or when the next balanced_apply with this store starts. A
+        damaged store is ignored with one warning.
     max_moves: with a stored plan, at most this many keys change task.
 
     Returns a `BalancedApply`: `.frame` (the rows applyInPandas would give, in another order),
@@ -176,10 +190,15 @@ def balanced_apply(
     Spark pickles func by reference when it lives in an importable module: ship that module to
     the executors, or `pyspark.cloudpickle.register_pickle_by_value(module)`.
     """
-    key_columns = [key] if isinstance(key, str) else list(key)
-    _check_arguments(df, key_columns, func, partitions, split_by, combine, split_safe, cost, max_moves)
     spark = df.sparkSession
+    form = func_form(func)
+    exact = case_sensitive(spark)
+    split_column = _check_arguments(df, exact, partitions, split_by, combine, split_safe, cost, max_moves)
     out_schema = parse_schema(schema)
+    keys = resolve_keys(df, key, exact)
+    if split_column is not None and split_column in keys.columns:
+        raise ValueError(f"split_by: {split_by!r} is a key column; splitting by it changes nothing")
+    key_columns = keys.names
     slots = partitions if partitions is not None else shuffle_partitions(spark)
     check_worker_python(spark)
     plan_store = store if isinstance(store, PlanStore) or store is None else PlanStore(store)
@@ -187,12 +206,12 @@ def balanced_apply(
         flush_pending(plan_store)
     measured = plan_store.key_costs(key_columns) if plan_store is not None and cost == "seconds" else {}
     previous = plan_store.previous_owner(key_columns, slots) if plan_store is not None else {}
-    counts = count_keys(df, key_columns)
+    counts = count_keys(keys.frame, keys.columns)
     buckets: dict[Key, dict[int, int]] = {}
-    if split_by is not None and slots > 1:
+    if split_column is not None and slots > 1:
         heavy = [k for k, n in shard_counts(counts, slots, cost, measured)[1].items() if n > 1]
         if heavy:
-            buckets = count_buckets(df, key_columns, split_by, heavy)
+            buckets = count_buckets(keys.frame, keys.columns, split_column, heavy)
     plan = plan_keys(counts, buckets, slots, key_columns, cost, measured, previous, max_moves)
     log.info(
         "balanced_apply: %d keys on %d slots by %s, %d split, %d moved, %d placed%s",
@@ -225,26 +244,26 @@ def balanced_apply(
             position: split_index[item.key] for position, item in enumerate(index) if item.shard != WHOLE
         }
         stage_schema = StructType([*out_schema.fields, StructField(COMBINE_COLUMN, LongType(), False)])
-    keyed = with_slot_columns(df, plan, index, split_by)
+    keyed = with_slot_columns(keys.frame, plan, index, split_column, keys.columns)
     by_name = str(
         spark.conf.get("spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName", "true")
     ).lower() == "true"
-    call = make_call(
-        func, key_columns, OutputCheck(out_schema.fieldNames(), by_name), tasks, items, waits, combine_group
-    )
     terms = PandasTerms.of(spark)
+    check = OutputCheck(out_schema.fieldNames(), by_name)
+    call = make_call(func, form, keys.columns, keys.hidden, check, terms, tasks, items, waits, combine_group)
     # One exchange realises the plan; each task sorts its rows by item (an int: the keys were
     # compared once, on the map side) and `grouped_map` cuts the items out in Python.
     frame = (
         keyed.repartition(slots, SLOT_COLUMN)
         .sortWithinPartitions(ITEM_COLUMN)
         .drop(SLOT_COLUMN)
-        .mapInArrow(grouped_map(call, key_columns, terms, stage_schema), stage_schema)
+        .mapInArrow(
+            grouped_map(call, keys.columns, terms, stage_schema, form.iterator, code_name(func)), stage_schema
+        )
     )
     if combining and combine is not None:
-        frame = frame.groupBy(COMBINE_COLUMN).applyInPandas(
-            make_merge(combine, out_schema.fieldNames()), out_schema
-        )
+        merge = make_merge(combine, out_schema.fieldNames(), plan.split, code_name(combine))
+        frame = frame.groupBy(COMBINE_COLUMN).applyInPandas(merge, out_schema)
     result = BalancedApply(
         frame=frame, plan=plan, _tasks=tasks, _items=items, _waits=waits, _index=index, _store=plan_store
     )

@@ -22,6 +22,7 @@ class PandasTerms(NamedTuple):
     safecheck: bool  # spark.sql.execution.pandas.convertToArrowArraySafely
     large_var_types: bool  # spark.sql.execution.arrow.useLargeVarTypes
     int_to_decimal: bool  # spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled
+    batch_rows: int  # spark.sql.execution.arrow.maxRecordsPerBatch: rows per frame of the iterator form
 
     @classmethod
     def of(cls, spark: Any) -> PandasTerms:
@@ -40,6 +41,7 @@ class PandasTerms(NamedTuple):
             safecheck=flag("spark.sql.execution.pandas.convertToArrowArraySafely", False),
             large_var_types=flag("spark.sql.execution.arrow.useLargeVarTypes", False),
             int_to_decimal=flag("spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled", False),
+            batch_rows=int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") or 10_000),
         )
 
     def to_pandas(self, data: pa.RecordBatch | pa.Table) -> pd.DataFrame:
@@ -180,14 +182,16 @@ class BatchFrames:
         return data
 
 
-def unseen_groups(table: pa.Table, terms: PandasTerms, key_columns: list[str]) -> list[pd.DataFrame]:
-    """Rows of keys the plan never saw, one frame per key, grouped as Spark groups them: nulls
+def unseen_groups(table: pa.Table, terms: PandasTerms, key_columns: list[str]) -> list[pa.Table]:
+    """Rows of keys the plan never saw, one table per key, grouped as Spark groups them: nulls
     together, NaNs together (the item already tells null from NaN, see `_lookup.with_slot_columns`).
-    Each key's rows are converted on their own, as applyInPandas converts a group."""
+    Each key's rows are to be converted on their own, as applyInPandas converts a group."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
 
+    if not key_columns:  # no key: all rows are one group
+        return [table]
     keys = terms.to_pandas(table.select(key_columns))
     try:
         codes = keys.groupby(key_columns, dropna=False, sort=False).ngroup().to_numpy()
@@ -196,4 +200,4 @@ def unseen_groups(table: pa.Table, terms: PandasTerms, key_columns: list[str]) -
         codes = pd.factorize(text)[0]
     order = np.argsort(codes, kind="stable")
     cuts = np.flatnonzero(np.diff(codes[order])) + 1
-    return [terms.to_pandas(table.take(pa.array(positions))) for positions in np.split(order, cuts)]
+    return [table.take(pa.array(positions)) for positions in np.split(order, cuts)]

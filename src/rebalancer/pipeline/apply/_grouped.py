@@ -4,13 +4,13 @@ and the second stage that merges a split key's shard outputs through `combine`."
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rebalancer.pipeline.apply._convert import BatchFrames, PandasTerms, unseen_groups
+from rebalancer.pipeline.apply._func import FuncForm, noted, reasons, renamed
 from rebalancer.pipeline.apply._items import COMBINE_COLUMN, ITEM_COLUMN, Key
-from rebalancer.pipeline.clock import TaskClock, own_clock
+from rebalancer.pipeline.clock import TaskClock, elapsed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,71 +58,113 @@ class OutputCheck(NamedTuple):
         return out.set_axis(self.names, axis=1)
 
 
-def _takes_key(func: Callable[..., Any]) -> bool:
-    """applyInPandas' convention: a two-argument func gets the group's key first."""
-    try:
-        parameters = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) == 2
+def _chunks(table: pa.Table, rows: int, terms: PandasTerms) -> Iterator[pd.DataFrame]:
+    """A key's rows as applyInPandas' iterator form gets them: batches of at most `rows` rows
+    (none: one), each converted on its own."""
+    step = rows if rows > 0 else max(table.num_rows, 1)
+    for start in range(0, table.num_rows, step):
+        yield terms.to_pandas(table.slice(start, step))
 
 
 def make_call(
     func: Callable[..., Any],
+    form: FuncForm,
     key_columns: list[str],
+    hidden: list[str],
     check: OutputCheck,
+    terms: PandasTerms,
     tasks: Any,
     items: Any,
     waits: Any,
     combine_group: Mapping[int, int] | None,
-) -> Callable[[int, pd.DataFrame], tuple[Key, pd.DataFrame]]:
+) -> Callable[[int, Any], list[tuple[Key, pd.DataFrame]]]:
     """One group's call: `func` on a key's (or shard's) rows, timed, checked and reported; gives
-    the key with the output, so that an output Arrow cannot take names its key (`grouped_map`).
+    the key with each output, so that an output Arrow cannot take names its key (`grouped_map`).
+    The rows come as a frame, or, for func's iterator form, as an Arrow table cut into batches.
+    The key is read from `key_columns`; the `hidden` ones (projected expressions) are dropped
+    before func sees the rows, as applyInPandas shows func the frame's own columns only.
+
+    An exception in func is re-raised as it is, with a note naming the key: Spark's error shows
+    its traceback (the user's file, line and function) but not a `__cause__`.
 
     A call's seconds run from the end of the task's previous call, so the cost paid outside `func`
     for a group (Arrow to pandas, cutting the group out of its batches) is charged to the key that
     caused it. The wait before a task's first call goes to `waits`, to be shared by rows
-    (`BalancedApply.key_costs`). All of it is measured on `own_clock`, the task stats too.
+    (`BalancedApply.key_costs`). All of it is measured on `own_clock` through the task's
+    `TaskClock`, the task stats too, and every duration is `elapsed`: never below 0.0.
     """
+    import itertools
+
     from pyspark import TaskContext
     from pyspark.errors import PySparkException
+    from pyspark.util import fail_on_stopiteration
 
-    takes_key = _takes_key(func)
+    run = fail_on_stopiteration(func)  # as applyInPandas: a StopIteration would end a loop silently
     clock = TaskClock()  # unpickled afresh, and so restarted, by every task
     last_end: dict[int, float] = {}
 
-    def call(item: int, data: pd.DataFrame) -> tuple[Key, pd.DataFrame]:
-        own_start = own_clock()
+    def conform(key: Key, out: Any) -> pd.DataFrame:
+        try:
+            return check.conform(out)
+        except PySparkException as exc:  # Spark's own error, and the key whose output it was
+            raise RuntimeError(
+                f"balanced_apply: func's output for key {key!r} does not fit the schema: {exc}"
+            ) from exc
+
+    def outputs(group: Any) -> tuple[Key, int, list[pd.DataFrame]]:
+        """The key, the rows and func's checked outputs for one group."""
+        if form.iterator:
+            frames = _chunks(group, terms.batch_rows, terms)
+            first = next(frames)
+            key = tuple(first[name].iloc[0] for name in key_columns)
+            batches = itertools.chain([first], frames)
+            given = (frame.drop(columns=hidden) for frame in batches) if hidden else batches
+            try:
+                produced = iter(run(key, given) if form.takes_key else run(given))
+            except Exception as exc:
+                noted(exc, f"balanced_apply: func failed on key {key!r}")
+                raise
+            checked = []
+            while True:
+                try:
+                    out = next(produced)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    noted(exc, f"balanced_apply: func failed on key {key!r}")
+                    raise
+                checked.append(conform(key, out))
+            return key, group.num_rows, checked
+        key = tuple(group[name].iloc[0] for name in key_columns)
+        data = group.drop(columns=hidden) if hidden else group
+        try:
+            out = run(key, data) if form.takes_key else run(data)
+        except Exception as exc:
+            noted(exc, f"balanced_apply: func failed on key {key!r}")
+            raise
+        return key, len(group), [conform(key, out)]
+
+    def call(item: int, group: Any) -> list[tuple[Key, pd.DataFrame]]:
+        own_start = clock.now()
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else -1
-        key = tuple(data[name].iloc[0] for name in key_columns)
-        try:
-            out = func(key, data) if takes_key else func(data)
-        except Exception as exc:
-            raise RuntimeError(
-                f"balanced_apply: func failed on key {key!r}: {type(exc).__name__}: {exc}"
-            ) from exc
-        try:
-            out = check.conform(out)
-        except PySparkException as exc:  # Spark's own error, and the key whose output it was
-            raise RuntimeError(f"balanced_apply: func's output for key {key!r} does not fit the schema: {exc}") from exc
-        own_end = own_clock()
+        key, rows, outs = outputs(group)
+        own_end = clock.now()
         since = last_end.get(pid, own_start)
         last_end[pid] = own_end
         begun = clock.begin(pid, own_start)
         task_start = own_start if begun is None else begun
         if begun is not None and waits is not None:
-            waits.add({pid: [own_start - begun]})
+            waits.add({pid: [elapsed(begun, own_start)]})
         if tasks is not None:
-            tasks.add({pid: [len(data), task_start, own_end, own_end - own_start, 1]})
+            tasks.add({pid: [rows, task_start, own_end, elapsed(own_start, own_end), 1]})
         if items is not None and item >= 0:
-            items.add({item: [len(data), max(0.0, own_end - since), 1]})
+            items.add({item: [rows, elapsed(since, own_end), 1]})
         if combine_group is not None:
-            out = out.copy()
-            group = combine_group.get(item)
-            out[COMBINE_COLUMN] = group if group is not None else -1 - max(pid, 0)
-        return key, out
+            group_of = combine_group.get(item)
+            marked = {COMBINE_COLUMN: group_of if group_of is not None else -1 - max(pid, 0)}
+            outs = [out.assign(**marked) for out in outs]
+        return [(key, out) for out in outs]
 
     return call
 
@@ -131,15 +173,19 @@ OUTPUT_ROWS = 10_000  # rows the grouped map gathers from its calls before conve
 
 
 def grouped_map(
-    call: Callable[[int, pd.DataFrame], tuple[Key, pd.DataFrame]],
+    call: Callable[[int, Any], list[tuple[Key, pd.DataFrame]]],
     key_columns: list[str],
     terms: PandasTerms,
     schema: StructType,
+    tables: bool,
+    name: str,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The task's function, for `mapInArrow`: its rows arrive sorted by item, in Arrow batches.
     Each item's rows are cut out and handed to `call` (an unseen key's, grouped by key first) as
-    the frame applyInPandas would give them, and the outputs leave in batches of about
-    OUTPUT_ROWS rows, converted as applyInPandas converts them.
+    the frame applyInPandas would give them (`tables`: as an Arrow table, for func's iterator
+    form, which converts them batch by batch), and the outputs leave in batches of about
+    OUTPUT_ROWS rows, converted as applyInPandas converts them. The function's code is named
+    `name`, func's: Spark's worker logs under the name of the function it calls.
 
     Why not Spark's `groupBy().applyInPandas()`: it converts every group to pandas and back on
     its own, a fixed cost per group that is a large part of a small key's cost. Here a batch's
@@ -150,11 +196,9 @@ def grouped_map(
 
     def run_item(item: int, table: pa.Table) -> Iterator[tuple[Key, pd.DataFrame]]:
         """The calls of an item's rows, converted on their own (an unseen item's, per key)."""
-        if item >= 0:
-            yield call(item, terms.to_pandas(table))
-        else:
-            for group in unseen_groups(table, terms, key_columns):
-                yield call(item, group)
+        groups = [table] if item >= 0 else unseen_groups(table, terms, key_columns)
+        for group in groups:
+            yield from call(item, group if tables else terms.to_pandas(group))
 
     def grouped_map(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -168,10 +212,9 @@ def grouped_map(
         def convert(key: Key, out: pd.DataFrame) -> pa.RecordBatch:
             try:
                 return terms.to_arrow(out, schema)
-            except Exception as exc:  # Spark's own error, and the key whose output it was
+            except Exception as exc:  # Spark's own error, pyarrow's under it, and the key
                 raise RuntimeError(
-                    f"balanced_apply: func's output for key {key!r} does not fit the schema: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"balanced_apply: func's output for key {key!r} does not fit the schema: {reasons(exc)}"
                 ) from exc
 
         def flush() -> Iterator[pa.RecordBatch]:
@@ -224,12 +267,12 @@ def grouped_map(
             # Whole groups of this batch: all but the last, which may go on in the next one.
             complete = segments[first:-1]
             frames = None
-            if any(int(items[start]) >= 0 for start, _ in complete):
+            if not tables and any(int(items[start]) >= 0 for start, _ in complete):
                 frames = BatchFrames(terms, values, [a for a, _ in complete], [b for _, b in complete])
             for start, stop in complete:
                 item = int(items[start])
                 if item >= 0 and frames is not None:
-                    yield from gather([call(item, frames.frame(start, stop))])
+                    yield from gather(call(item, frames.frame(start, stop)))
                 else:
                     yield from gather(run_item(item, pa.Table.from_batches([values.slice(start, stop - start)])))
             if first == 0 or len(segments) > 1:
@@ -240,19 +283,25 @@ def grouped_map(
             yield from gather(run_item(current, pa.Table.from_batches(pieces).combine_chunks()))
         yield from flush()
 
-    return grouped_map
+    return renamed(grouped_map, name)
 
 
-def make_merge(combine: Callable[..., Any], columns: list[str]) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """Second stage: a split key's partial outputs go through `combine`, everything else passes."""
+def make_merge(
+    combine: Callable[..., Any], columns: list[str], split: list[Key], name: str
+) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """Second stage: a split key's partial outputs go through `combine`, everything else passes.
+    An exception in combine is re-raised as it is, with a note naming the split key; the function
+    Spark calls is named `name`, combine's, as `grouped_map` is named after func."""
 
     def merge(frame: pd.DataFrame) -> pd.DataFrame:
         partials = frame[columns]
-        if len(frame) and int(frame[COMBINE_COLUMN].iloc[0]) >= 0:
+        group = int(frame[COMBINE_COLUMN].iloc[0]) if len(frame) else -1
+        if group >= 0:
             try:
                 return combine(partials.reset_index(drop=True))
             except Exception as exc:
-                raise RuntimeError(f"balanced_apply: combine failed: {type(exc).__name__}: {exc}") from exc
+                noted(exc, f"balanced_apply: combine failed on split key {split[group]!r}")
+                raise
         return partials
 
-    return merge
+    return renamed(merge, name)

@@ -64,25 +64,29 @@ def _by_lookup(df: DataFrame, key_columns: list[str], items: int) -> bool:
     return bool(df.schema[key_columns[0]].dataType == StringType())  # a collated string differs
 
 
-def with_slot_columns(df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None) -> DataFrame:
-    """`df` plus the slot key (an int Spark hashes to the planned slot) and the item index.
+def with_slot_columns(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None, columns: list[str]
+) -> DataFrame:
+    """`df` plus the slot key (an int Spark hashes to the planned slot) and the item index;
+    `columns` are the key's columns in `df` (the plan names an expression key by its label).
 
     A key of one plain string column is looked up per row in a perfect hash (`lookup.PerfectHash`:
     constant arrays, no join and no broadcast job); other keys, or more than LOOKUP_ITEMS items,
     join a broadcast table of the items.
     A whole key gives its item; a split key gives its shard by the row's `split_by` bucket.
     """
-    if _by_lookup(df, plan.key_columns, len(index)):
-        return _by_perfect_hash(df, plan, index, split_by)
-    return _by_join(df, plan, index, split_by)
+    if _by_lookup(df, columns, len(index)):
+        return _by_perfect_hash(df, plan, index, split_by, columns[0])
+    return _by_join(df, plan, index, split_by, columns)
 
 
-def _by_perfect_hash(df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None) -> DataFrame:
+def _by_perfect_hash(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None, name: str
+) -> DataFrame:
     """`with_slot_columns` for one string key column, by `lookup.lookup_by_bucket`: a whole key
     gives its item, a split key the item of the row's `split_by` bucket (all buckets are filled)."""
     from pyspark.sql import functions as F
 
-    (name,) = plan.key_columns
     keys = partition_keys(plan.partitions)
     lightest = _lightest_shards(plan, index)
     whole: dict[str | None, int] = {}
@@ -108,7 +112,9 @@ def _by_perfect_hash(df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], spl
     return keyed.withColumn(SLOT_COLUMN, slot_key.cast("int")).drop(hashed, entry)
 
 
-def _by_join(df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None) -> DataFrame:
+def _by_join(
+    df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: str | None, columns: list[str]
+) -> DataFrame:
     """`with_slot_columns` for any key: the item table is broadcast and joined on the key, a hashed
     lookup that moves no rows between tasks. A whole key has one row (bucket -1); a split key one
     per `split_by` bucket, of which the row's own bucket is kept."""
@@ -124,15 +130,15 @@ def _by_join(df: DataFrame, plan: ApplyPlan, index: list[ApplyItem], split_by: s
         else:
             rows.extend((item.key, (b, slot_key, position)) for b in _shard_buckets(plan, item, lightest))
     bucket, slot, item_index = "__rebalancer_b", "__rebalancer_s", "__rebalancer_i"
-    items, names = key_table(df, plan.key_columns, rows, [bucket, slot, item_index])
+    items, names = key_table(df, columns, rows, [bucket, slot, item_index])
     table = F.broadcast(items)
-    condition = same_key(df, table, plan.key_columns, names, [item.key for item in index])
+    condition = same_key(df, table, columns, names, [item.key for item in index])
     if split_by and plan.split:
         own_bucket = F.pmod(F.hash(df[split_by]), F.lit(SHARD_BUCKETS))
         condition = condition & ((table[bucket] == -1) | (table[bucket] == own_bucket))
-    hashed = F.hash(*[df[name] for name in plan.key_columns])
+    hashed = F.hash(*[df[name] for name in columns]) if columns else F.lit(0)  # no key: one group
     return df.join(table, condition, "left").select(
         *[df[name] for name in df.columns],
         F.coalesce(table[slot], hashed_slot_key(hashed, keys)).cast("int").alias(SLOT_COLUMN),
-        F.coalesce(table[item_index], _unplanned_item(df, plan.key_columns)).cast("int").alias(ITEM_COLUMN),
+        F.coalesce(table[item_index], _unplanned_item(df, columns)).cast("int").alias(ITEM_COLUMN),
     )

@@ -3,13 +3,16 @@ weight by rows or by measured seconds, and the plan that places keys and shards 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline.apply._items import ITEM_COLUMN, ApplyItem, Key, encode_key, shard_json
+from rebalancer.pipeline.apply._items import ITEM_COLUMN, LOGGER, ApplyItem, Key, encode_key, shard_json
 from rebalancer.pipeline.slots import SHARD_BUCKETS, pack_shards, place
+
+log = logging.getLogger(LOGGER)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -68,9 +71,21 @@ class ApplyPlan:
 # --- counting -----------------------------------------------------------------------------------
 
 
+def _hashable(value: Any) -> Any:
+    """A key value as a dict key: an array key's list (also inside a struct) as a tuple, which
+    Spark takes back for the array when the key table is built (`key_table`)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, tuple) and any(isinstance(v, list | tuple) for v in value):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
 def count_keys(df: DataFrame, key_columns: list[str]) -> dict[Key, int]:
-    """Rows per key: one pass over `df`, reading the key columns only."""
-    return {tuple(row[:-1]): int(row[-1]) for row in df.groupBy(*key_columns).count().collect()}
+    """Rows per key: one pass over `df`, reading the key columns only. No key columns is one key,
+    (), of all rows, and none on an empty frame (a global count answers 0 there)."""
+    rows = df.groupBy(*key_columns).count().collect()
+    return {tuple(_hashable(value) for value in row[:-1]): int(row[-1]) for row in rows if int(row[-1])}
 
 
 def count_buckets(
@@ -81,13 +96,16 @@ def count_buckets(
     """
     from pyspark.sql import functions as F
 
-    table, names = key_table(df, key_columns, [(key, ()) for key in keys], [])
-    heavy = df.join(F.broadcast(table), same_key(df, table, key_columns, names, keys), "left_semi")
+    if key_columns:
+        table, names = key_table(df, key_columns, [(key, ()) for key in keys], [])
+        heavy = df.join(F.broadcast(table), same_key(df, table, key_columns, names, keys), "left_semi")
+    else:  # no key: every row is of the one key
+        heavy = df
     bucket = F.pmod(F.hash(F.col(split_by)), F.lit(SHARD_BUCKETS)).alias(ITEM_COLUMN)
     buckets: dict[Key, dict[int, int]] = {}
     width = len(key_columns)
     for row in heavy.groupBy(*key_columns, bucket).count().collect():
-        buckets.setdefault(tuple(row[:width]), {})[int(row[-2])] = int(row[-1])
+        buckets.setdefault(tuple(_hashable(value) for value in row[:width]), {})[int(row[-2])] = int(row[-1])
     return buckets
 
 
@@ -111,13 +129,14 @@ def same_key(
     df: DataFrame, table: DataFrame, key_columns: list[str], names: list[str], keys: Sequence[Key]
 ) -> Column:
     """The join condition on the key columns: plain equality unless a key in the table has a null
-    (null-safe equality hashes an extra is-null flag per column)."""
+    (null-safe equality hashes an extra is-null flag per column); true when there are none."""
+    from pyspark.sql import functions as F
+
     null_safe = any(value is None for key in keys for value in key)
-    condition: Column | None = None
-    for name, table_name in zip(key_columns, names):
+    condition: Column = F.lit(True)
+    for n, (name, table_name) in enumerate(zip(key_columns, names)):
         same = df[name].eqNullSafe(table[table_name]) if null_safe else df[name] == table[table_name]
-        condition = same if condition is None else condition & same
-    assert condition is not None
+        condition = same if n == 0 else condition & same
     return condition
 
 
@@ -126,11 +145,16 @@ def same_key(
 
 def _key_weights(counts: Mapping[Key, int], cost: str, measured: Mapping[Key, KeyCost]) -> dict[Key, float]:
     """rows: the key's rows. seconds: the seconds the key's calls took last run; a key never
-    measured gets its rows times the last run's per-row rate (its seconds over its rows)."""
-    if cost == "rows" or not measured:
+    measured gets its rows times the last run's per-row rate (its seconds over its rows). A run
+    that measured no time at all (every call below the clock's resolution) weighs by rows: all
+    zeros would say nothing about which keys cost more."""
+    measured_seconds = sum(c.seconds for c in measured.values())
+    if cost == "rows" or not measured or not measured_seconds > 0:
+        if cost != "rows" and measured:
+            log.info("balanced_apply: the store's %d keys took 0 s in all; weighing by rows", len(measured))
         return {key: float(rows) for key, rows in counts.items()}
     total_rows = sum(c.rows for c in measured.values())
-    rate = sum(c.seconds for c in measured.values()) / total_rows if total_rows else 0.0
+    rate = measured_seconds / total_rows if total_rows else 0.0
     weights = {}
     for key, rows in counts.items():
         seen = measured.get(key)

@@ -49,10 +49,6 @@ class SumParam(AccumulatorParam):
         return value1
 
 
-_SCHEDSTAT = "/proc/thread-self/schedstat"
-_schedstat = threading.local()  # per thread: its open schedstat file and the last value read
-
-
 @dataclass
 class BalancedApply:
     """What `balanced_apply` returns: the lazy frame, the plan it follows, and its task stats."""

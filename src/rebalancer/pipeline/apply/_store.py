@@ -48,8 +48,8 @@ def _store_problem(data: Any) -> str | None:
     if not isinstance(data, dict):
         return f"expected a JSON object, got {type(data).__name__}"
     columns = data.get("key")
-    if not isinstance(columns, list) or not columns or not all(isinstance(name, str) for name in columns):
-        return f"key must be a list of column names, got {columns!r}"
+    if not isinstance(columns, list) or not all(isinstance(name, str) for name in columns):
+        return f"key must be a list of column names (empty for no key), got {columns!r}"
     partitions = data.get("partitions")
     if partitions is not None and (not _count(partitions) or partitions < 1):
         return f"partitions must be an int >= 1, got {partitions!r}"

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from rebalancer._numbers import parse_int
-from rebalancer._secrets import MASK, is_secret_key, masked_url
+from rebalancer._secrets import MASK, has_user_info, is_secret_key, masked_repr, masked_url
 from rebalancer.pipeline.contract import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
 from rebalancer.pipeline.kafka.source import KAFKA_PREFIX, SOURCE_NAME, parse_options, register_kafka_source
 
@@ -53,6 +54,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SCHEME = "kafka://"
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")  # what Kafka's brokers take (Topic.validate)
 EMBEDDED = "embedded"
 EMBEDDED_PARTITIONS = 8
 EMBEDDED_KEYS = ("events", "partitions")
@@ -90,7 +92,8 @@ def shown_url(text: str) -> str:
 class KafkaInput:
     """A topic as the pipeline's input. `files` is empty: nothing on disk can overlap the output.
 
-    `options` may hold secrets (`kafka.sasl.password`): repr shows them as ***.
+    `options` may hold secrets (`kafka.sasl.password`, any key librdkafka flags sensitive, such as
+    `kafka.ssl.key.pem`): repr, str() and describe() show their values as ***.
     """
 
     url: str
@@ -104,9 +107,7 @@ class KafkaInput:
     files: tuple[()] = ()
 
     def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        shown["options"] = masked_options(self.options)
-        return f"{type(self).__name__}({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+        return masked_repr(self, options=masked_options(self.options))
 
     @property
     def path(self) -> str:
@@ -208,7 +209,7 @@ def check_kafka_input(spec: KafkaInput, streaming: bool) -> None:
     try:
         view.partitions()
     except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"cannot read input {spec.url}: {exc}") from None
+        raise ValueError(f"cannot read input {spec.describe()}: {exc}") from None
     finally:
         view.close()
 
@@ -220,8 +221,9 @@ def is_kafka_url(text: object) -> bool:
 def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> KafkaInput:
     """`kafka://HOST:PORT[,HOST:PORT]/TOPIC[?option=value&...]`, checked before Spark starts."""
     expected = f"input: expected kafka://HOST:PORT/TOPIC or kafka://{EMBEDDED}/TOPIC, got {shown_url(text)!r}"
-    if "@" in text.partition("?")[0]:
+    if has_user_info(text):
         # bootstrap.servers has no user info: it would fail in librdkafka, after being shown everywhere.
+        # Read as a person writes it: `kafka://bob:pa?ss@host/t` is a user and password, not a query.
         raise ValueError(
             f"input: a kafka:// URL takes no user or password (give the options kafka.sasl.username and "
             f"kafka.sasl.password), got {shown_url(text)!r}"
@@ -234,6 +236,8 @@ def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> Kafk
     topic = parts.path.lstrip("/")
     if parts.scheme.lower() != "kafka" or not servers or not topic or "/" in topic:
         raise ValueError(expected)
+    if not TOPIC_NAME.fullmatch(topic):  # not echoed alone: a mistyped URL may put a password there
+        raise ValueError(f"input: a Kafka topic name is 1 to 249 of a-z A-Z 0-9 . _ -, got {shown_url(text)!r}")
     query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
     embedded_events: int | None = None
     embedded_partitions = EMBEDDED_PARTITIONS
