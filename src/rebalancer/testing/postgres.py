@@ -159,6 +159,9 @@ class LocalPostgres:
             raise ValueError(
                 f"{self.directory} must be reachable by the '{SERVER_USER}' user: its parent directories need o+x"
             )
+        if self._watchdog is not None:  # a server that ended on its own: its watchdog must not stop this one
+            self._watchdog.stop()
+            self._watchdog = None
         if not detach:  # before initdb and pg_ctl: a death while they run is cleaned up too
             self._watchdog = Watchdog(commands=[[*self._as_server, *self._pg_ctl_stop("immediate")]], remove=created)
         try:
