@@ -87,6 +87,8 @@ def test_masked_url_takes_the_callers_rule_for_keys():
 def test_masked_text_masks_every_url_in_a_message():
     text = f"Login failed on 'ftp://bob:{SECRET}@h/o' and hdfs://nn/x; see sc://h:1/;token={SECRET}"
     assert masked_text(text) == "Login failed on 'ftp://bob:***@h/o' and hdfs://nn/x; see sc://h:1/;token=***"
+    # in quotes (a repr), the closing quote and what follows stay as they are
+    assert masked_text(f"(got 'local[2]' and 'sc://h:1/;token={SECRET}')") == "(got 'local[2]' and 'sc://h:1/;token=***')"
 
 
 def test_masks_errors_masks_the_urls_in_a_value_error_and_drops_its_cause():

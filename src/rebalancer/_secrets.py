@@ -63,8 +63,10 @@ SECRET_KEY_WORDS: tuple[str, ...] = ("password", "secret", "sasl.jaas", "token")
 # Where a URL's authority ends (RFC 3986), and a scheme (two characters at least: `c:/` is none).
 _AUTHORITY_END = re.compile(r"[/?#]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+:/*")
-# A URL inside a text (an error of Spark's or Hadoop's): a scheme, '://', and no whitespace.
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+://\S+")
+# A URL inside a text (an error of Spark's or Hadoop's): a scheme, '://', and no whitespace; in
+# quotes (a repr), up to the closing quote, which stays outside what is masked.
+_URL = r"[A-Za-z][A-Za-z0-9+.\-]+://"
+_URL_IN_TEXT = re.compile(rf"(?<=(?P<quote>['\"])){_URL}[^'\"\s]*(?=(?P=quote))|{_URL}\S+")
 
 
 def is_secret_key(key: str, keys: Collection[str] = SECRET_KEYS) -> bool:

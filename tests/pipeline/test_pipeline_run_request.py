@@ -21,7 +21,6 @@ from rebalancer.pipeline.framework import Pipeline
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.ingest import inspect_input
 from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
-from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
 from rebalancer.pipeline.runner import RunRequest, RunSummary
 from rebalancer.pipeline.stream import StreamConfig
 
@@ -42,8 +41,18 @@ def _batch_run(out: Path) -> Path:
 def _stream_run(out: Path) -> Path:
     (out / "metrics" / "batch_id=0" / "date=2026-01-01").mkdir(parents=True)
     (out / "_checkpoint" / "rebalancer").mkdir(parents=True)
+    (out / "_checkpoint" / "rebalancer" / "state.json").write_text("{}")
     (out / "summary.json").write_text("{}")
     return out
+
+
+def _checkpoint(where: Path) -> Path:
+    """What a stream leaves in its --checkpoint: Spark's query checkpoint and the rebalancer's state."""
+    (where / "query").mkdir(parents=True)
+    (where / "query" / "metadata").write_text('{"id": "q"}')
+    (where / "rebalancer").mkdir()
+    (where / "rebalancer" / "state.json").write_text("{}")
+    return where
 
 
 @pytest.mark.parametrize(
@@ -245,12 +254,12 @@ def test_error_mode_refuses_a_directory_holding_a_run_naming_the_flag(tmp_path: 
 def test_error_mode_also_refuses_a_report_dir_holding_a_summary(tmp_path: Path) -> None:
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "summary.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"already holds a run's outputs \(summary.json\)"):
-        check_output_mode(tmp_path / "out", "error", False, report_dir=tmp_path / "reports")
+    with pytest.raises(ValueError, match=r"^report-dir .* already holds a run's outputs \(summary.json\)"):
+        RunRequest(input="data", output=tmp_path / "out", report_dir=tmp_path / "reports").check_output()
 
 
 def test_error_mode_refuses_a_given_checkpoint_holding_a_stream(tmp_path: Path) -> None:
-    checkpoint = _stream_run(tmp_path / "ck")
+    checkpoint = _checkpoint(tmp_path / "ck")
     request = RunRequest(input="data", output=tmp_path / "new", stream=True, checkpoint=checkpoint)
     with pytest.raises(ValueError) as caught:
         request.check_output()
@@ -279,31 +288,14 @@ def test_append_refuses_a_stream_into_a_batch_output_and_the_reverse(tmp_path: P
     RunRequest(input="data", output=batch_out, mode="append").check_output()
 
 
-def test_overwrite_clears_the_whole_previous_run_report_and_plan_included(tmp_path: Path) -> None:
-    out = _batch_run(tmp_path / "out")
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    for name in ("summary.json", "plan.json", "report.html", "notes.txt"):
-        (reports / name).write_text("{}")
-    checkpoint = _stream_run(tmp_path / "elsewhere")
-    clear_outputs(out, "overwrite", reports, checkpoint, spark=None)
-    assert sorted(out.iterdir()) == []
-    assert sorted(p.name for p in reports.iterdir()) == ["notes.txt"]  # only the run's files go
-    assert not checkpoint.exists()
-
-
-def test_overwrite_refuses_to_clear_a_directory_that_holds_no_run(tmp_path: Path) -> None:
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "thesis.tex").write_text("years of work")
-    with pytest.raises(ValueError, match=r"is not empty and holds no run's outputs"):
-        clear_outputs(tmp_path / "home", "overwrite", None, None, spark=None)
-    assert (tmp_path / "home" / "thesis.tex").read_text() == "years of work"
-
-
-def test_error_and_append_modes_clear_nothing(tmp_path: Path) -> None:
+def test_checking_the_output_changes_nothing(tmp_path: Path) -> None:
+    """`check_output` only looks, in every mode: the replacing is the run's, once it is complete."""
     out = _batch_run(tmp_path / "out")
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    clear_outputs(out, "append", None, None, spark=None)
+    with pytest.raises(ValueError, match="already holds a run's outputs"):
+        RunRequest(input="data", output=out).check_output()
+    RunRequest(input="data", output=out, mode="overwrite").check_output()
+    RunRequest(input="data", output=out, mode="append").check_output()
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
@@ -395,12 +387,27 @@ def test_cli_stream_append_into_a_batch_output_fails_in_one_line(tmp_path: Path)
 
 def test_cli_generate_into_a_non_empty_directory_fails_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "old.parquet").write_bytes(b"x")
+    (tmp_path / "data" / "part-00007.parquet").write_bytes(b"x")  # left by an earlier, larger generate
     done = _cli("pipeline", "generate", "--out", "data", "--events", "100", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "rebalancer: error: out: data is not empty; --overwrite clears it first"
     ], done.stderr
     done = _cli("pipeline", "generate", "--out", "data", "--events", "100", "--files", "2", "--overwrite", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.suffix for p in (tmp_path / "data").iterdir()) == [".parquet", ".parquet"]
-    assert not (tmp_path / "data" / "old.parquet").exists()
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+
+
+def test_generate_overwrite_removes_only_its_own_files(tmp_path: Path) -> None:
+    """Nothing is deleted that the project did not write: `--out ~/Documents --overwrite` once emptied it."""
+    out = tmp_path / "data"
+    generate(GenerateConfig(events=400, types=5, files=3), out)
+    (out / "thesis.tex").write_text("years of work")
+    (out / "part-00009.csv").mkdir()  # generate's name, but a directory: not one of its files
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(ValueError) as caught:
+        generate(GenerateConfig(events=400, types=5, files=2), out, overwrite=True)
+    assert str(caught.value) == (
+        f"out: {out} holds part-00009.csv, thesis.tex, which generate did not write: --overwrite replaces only "
+        "its own part-NNNNN files; give an empty or new --out"
+    )
+    assert sorted(p.name for p in out.iterdir()) == before

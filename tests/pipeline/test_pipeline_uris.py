@@ -92,7 +92,7 @@ def test_hdfs_uri_reaches_spark_unchanged(spark, tmp_path, capsys, monkeypatch):
     assert handed and all(where == (uri,) for where in handed), handed  # the schema check, then the read
     summary = json.loads((reports / "summary.json").read_text())
     assert summary["input"] == uri and summary["ingested"] == 4 == summary["accepted"]
-    assert sorted(p.name for p in reports.iterdir()) == ["plan.json", "report.html", "summary.json"]
+    assert sorted(p.name for p in reports.iterdir()) == ["_manifest.json", "plan.json", "report.html", "summary.json"]
     # --report-dir takes the summaries; the data stays in the output.
     assert not (out / "summary.json").exists() and (out / "metrics").is_dir()
     assert pd.read_parquet(out / "metrics")["count"].sum() == 4

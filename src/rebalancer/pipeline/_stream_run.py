@@ -87,6 +87,7 @@ def run_stream(
     cost: str = "rows",
     on_batch: Callable[[BatchProgress], None] | None = None,
     output_mode: str | None = None,
+    output_name: str | None = None,
 ) -> dict[str, Any]:
     """Run until the input is drained (available_now), `max_batches` are done, or Ctrl-C.
 
@@ -98,6 +99,7 @@ def run_stream(
     plan.json go to `report_dir` if given.
 
     With `sink`, each micro-batch is also written to PostgreSQL exactly once (`rebalancer.pipeline.sinks`).
+    `output_name` is the output the summary names, when `out` is where the run is staged.
 
     On Spark Connect the batches are applied by the server's foreachBatch worker, which must import
     rebalancer; `on_batch` is then called on the client's listener thread, from the state file.
@@ -123,6 +125,7 @@ def run_stream(
             cost=cost,
             on_batch=on_batch,
             output_mode=output_mode,
+            output_name=output_name,
         )
 
 
@@ -138,6 +141,7 @@ def _run_stream(
     cost: str = "rows",
     on_batch: Callable[[BatchProgress], None] | None = None,
     output_mode: str | None = None,
+    output_name: str | None = None,
 ) -> dict[str, Any]:
     from pyspark.errors import StreamingQueryException
 
@@ -213,6 +217,7 @@ def _run_stream(
         reports,
         interrupted=interrupted,
         output_mode=output_mode,
+        output_name=output_name,
     )
 
 
@@ -225,6 +230,7 @@ def write_stream_summary(
     reports: OutputPath | None = None,
     interrupted: bool = False,
     output_mode: str | None = None,
+    output_name: str | None = None,
 ) -> dict[str, Any]:
     totals = data.totals
     unhandled = data.unhandled_types or {}
@@ -232,7 +238,7 @@ def write_stream_summary(
         "mode": "stream",
         "input": input_name(spec),
         "format": spec.format,
-        "output": shown_location(str(out)),  # a URI's password as ***
+        "output": shown_location(str(output_name or out)),  # a URI's password as ***
         "output_mode": output_mode,
         "ingested": totals.ingested,
         "accepted": totals.accepted,

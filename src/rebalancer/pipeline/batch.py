@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rebalancer import __version__
 from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.balance.metrics import max_over_median
+from rebalancer.pipeline._compare_hash import COMPARED_STAGES, hash_wall, pass_wall, wall_comparison
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.core import (  # re-exported: callers import them from here
     InputCounts,
@@ -39,13 +40,16 @@ if TYPE_CHECKING:
     from rebalancer.pipeline.sinks import PostgresSink
 
 __all__ = [
+    "COMPARED_STAGES",
     "InputCounts",
     "builtin_calls",
     "count_input",
     "load_plan",
     "load_previous_plan",
     "load_previous_summary",
+    "pass_wall",
     "run_batch",
+    "wall_comparison",
     "write_json",
 ]
 
@@ -239,77 +243,6 @@ def _commit_group(group_read: GroupRead) -> None:
         ) from None
 
 
-# The stages placement acts on. Read, count and quarantine do not depend on it, and the first pass's
-# read also pays Spark's warm-up, which the hash pass (run second) would be spared.
-COMPARED_STAGES = ("dispatch", "handlers")
-
-
-def pass_wall(stage_seconds: dict[str, float]) -> float:
-    """A pass's wall over the stages its placement decides."""
-    return round(sum(stage_seconds.get(stage, 0.0) for stage in COMPARED_STAGES), 3)
-
-
-def wall_comparison(hash_s: float, plan_s: float) -> dict[str, Any]:
-    """Both walls and what the plan saved (negative: lost), in seconds and percent of hash's."""
-    saved = round(hash_s - plan_s, 3)
-    return {
-        "hash_s": hash_s,
-        "plan_s": plan_s,
-        "saved_s": saved,
-        "saved_pct": round(100 * saved / hash_s, 1) if hash_s > 0 else None,
-    }
-
-
-def _hash_wall(
-    spark: SparkSession,
-    spec: InputSpec | Input,
-    out: OutputPath,
-    partitioning: str,
-    plan: SlotPlan,
-) -> dict[str, Any]:
-    """This run's plan and Spark's hash placement, each timed on a further pass over the same input
-    (into a scratch directory, removed after): the walls of the stages placement decides.
-
-    Both are timed after the run's own pass, which alone pays Spark's warm-up (the JVM's JIT, the
-    first Python workers, the file listing): timing that pass against a warm hash pass measured the
-    warm-up, not the placement (13.8 s against 6.9 s for the same work on 2 cores). The plan goes
-    first, so whatever warm-up is left favours hash. `cores` and `hash_largest_share` say whether
-    placement can shorten the wall at all (`wall_note`)."""
-    scratch = out / "_compare_hash"
-    partitions = plan.partitions
-
-    def hash_plan_for(routing: Routing) -> SlotPlan:
-        return build_plan(routing.builtin_counts, "hash", partitions, None, 0)
-
-    try:
-        planned = run_pass(read_raw(spark, spec), PassTarget(scratch), partitioning, partitions, lambda _r: plan)
-        _remove(spark, scratch)
-        hashed = run_pass(read_raw(spark, spec), PassTarget(scratch), "hash", partitions, hash_plan_for)
-    finally:
-        _remove(spark, scratch)
-    hash_load = hashed.plan.load_after
-    return {
-        **wall_comparison(pass_wall(hashed.stage_seconds), pass_wall(planned.stage_seconds)),
-        "stages": list(COMPARED_STAGES),
-        "hash_stage_seconds": hashed.stage_seconds,
-        "plan_stage_seconds": planned.stage_seconds,
-        "cores": default_parallelism(spark),
-        "hash_largest_share": round(max(hash_load) / sum(hash_load), 4) if sum(hash_load) else None,
-    }
-
-
-def _remove(spark: SparkSession, target: OutputPath) -> None:
-    import shutil
-
-    from rebalancer.pipeline.paths import HadoopFS, local_path
-
-    local = local_path(str(target))
-    if local is not None:
-        shutil.rmtree(local, ignore_errors=True)
-    else:
-        HadoopFS(spark).delete(str(target))
-
-
 @one_group_run_per_output(lambda arguments: (arguments["spec"], arguments["out"]))  # planning to commit
 def run_batch(
     spark: SparkSession,
@@ -327,6 +260,8 @@ def run_batch(
     plan_from: str | Path | ReusedPlan | None = None,
     output_mode: str | None = None,
     compare_hash: bool = False,
+    output_name: str | None = None,
+    publish: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
 
@@ -354,6 +289,10 @@ def run_batch(
     `compare_hash` then times the plan and Spark's hash placement on two more passes (into a scratch
     directory, removed after), both warm, and records both walls in the summary's `compare_hash`:
     measured, not projected.
+
+    `output_name` is the output the summary names, when `out` is where the run is staged;
+    `publish` (which swaps a staged run in) is called once every output is written, before a Kafka
+    group's offsets are committed: a run stopped between the two reads the same records again.
     """
     check_output(out, spec, spark=spark)
     with pipeline_conf(spark):
@@ -373,6 +312,8 @@ def run_batch(
             plan_from=plan_from,
             output_mode=output_mode,
             compare_hash=compare_hash,
+            output_name=output_name,
+            publish=publish,
         )
 
 
@@ -392,6 +333,8 @@ def _run_batch(
     plan_from: str | Path | ReusedPlan | None = None,
     output_mode: str | None = None,
     compare_hash: bool = False,
+    output_name: str | None = None,
+    publish: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     if partitioning not in PARTITIONINGS:
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
@@ -434,12 +377,10 @@ def _run_batch(
         step=step,
         read_error=lambda exc: _spark_error(exc, spec),
     )
-    if group_read is not None:
-        _commit_group(group_read)  # after every output: a run that fails before reads them again
     compared = None
     if compare_hash:
         step("same input under Spark's hash")
-        compared = _hash_wall(spark, spec, out, partitioning, done.plan)
+        compared = hash_wall(spark, read_raw(spark, spec), read_raw(spark, spec), out, partitioning, done.plan)
     counts, routing, plan = done.counts, done.routing, done.plan
     task_rows, task_seconds = done.task_rows, done.task_seconds
     projected_hash = hash_plan(routing.builtin_counts.type_counts, routing.builtin_counts.hash_slots, partitions)
@@ -449,7 +390,7 @@ def _run_batch(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input": spec.describe(),
         "format": spec.format,
-        "output": shown_location(str(out)),  # a URI's password as ***
+        "output": shown_location(str(output_name or out)),  # a URI's password as ***
         "output_mode": output_mode,
         "plan_reused": reused.outcome(plan) if reused is not None else None,
         "ingested": counts.ingested,
@@ -498,4 +439,8 @@ def _run_batch(
         # elapsed_s stays the time to the metrics written: one number in the report, the file and the terminal.
         write_report(reports / "report.html", RunSummary.from_json(summary), plan, previous_summary)
     write_json(reports / "summary.json", summary)
+    if publish is not None:
+        publish()
+    if group_read is not None:
+        _commit_group(group_read)  # after every output, published: a run that fails before reads them again
     return summary

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer._args import finite_float, integer
-from rebalancer._secrets import shown_location
+from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
@@ -232,6 +232,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+@masks_errors  # a Spark Connect URL's ;token= as ***
 def session_master(flag: str | None, remote: str | None = None) -> str | None:
     """--master (or --remote) wins; under spark-submit (the JVM started us) the master is already set;
     else local[*]."""
@@ -239,14 +240,9 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
         from rebalancer.pipeline.session import is_connect_url
 
         if not is_connect_url(remote):
-            raise ValueError(
-                f"remote must be a Spark Connect URL sc://HOST:PORT, got {shown_location(remote)!r}"
-            )
+            raise ValueError(f"remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}")
         if flag and flag != remote:
-            raise ValueError(
-                "remote: give --master or --remote, not both "
-                f"(got {shown_location(flag)!r} and {shown_location(remote)!r})"
-            )
+            raise ValueError(f"remote: give --master or --remote, not both (got {flag!r} and {remote!r})")
         return remote
     if flag:
         return flag
@@ -347,10 +343,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     timeout = getattr(args, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_S) if owns_session else None
     flag = "--remote" if getattr(args, "remote", None) else "--master"
     verbose = getattr(args, "verbose", 0)
+    # -v is the project's own logs (and Spark's errors); Spark's and the JVM's startup output waits
+    # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
+    log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
+    if log_file is not None:
+        from rebalancer.pipeline.output_mode import claim_spark_log
+
+        claim_spark_log(log_file)  # written over from the JVM's start: one no run wrote is refused first
     with console.status("starting Spark"):
-        # -v is the project's own logs (and Spark's errors); Spark's and the JVM's startup output waits
-        # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
-        log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
         spark = build_session(
             master=master,
             quiet=verbose < 2,

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUILTIN = "metrics"  # the built-in aggregation's name, and its output directory
-# Names a handler cannot take: they are the run's other outputs.
-RESERVED = frozenset({"quarantine", "summary.json", "plan.json", "report.html", "_checkpoint", "_plans"})
+# Names a handler cannot take: they are the run's other outputs (a manifest, a log and a scratch too).
+RESERVED = frozenset(
+    {"quarantine", "summary.json", "plan.json", "report.html", "_checkpoint", "_plans", "_manifest.json",
+     "spark.log", "_compare_hash"}
+)
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,9 @@ import pandas as pd
 
 from rebalancer.pipeline._checks import check_int
 from rebalancer.pipeline.contract import FORMATS  # what the generator writes is what a run reads
+
+# What write_frame names its files (and their half-written copies): all --overwrite ever removes.
+_GENERATED = re.compile(rf"^\.?part-\d{{5}}\.(?:{'|'.join(FORMATS)})(?:\.tmp)?$")
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +144,9 @@ def generate(config: GenerateConfig, out: Path, overwrite: bool = False) -> list
     """Generate and write; returns the files written.
 
     A non-empty `out` is refused unless `overwrite`, which clears it first: files left from an
-    earlier, larger generate would otherwise be read by the next run as part of this sample.
+    earlier, larger generate would otherwise be read by the next run as part of this sample. Only
+    what a generate writes is removed (part-NNNNN.FORMAT files): a directory holding anything else
+    is refused, as the next run would read that too.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -149,11 +154,16 @@ def generate(config: GenerateConfig, out: Path, overwrite: bool = False) -> list
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise ValueError(f"out: {out} is not empty; --overwrite clears it first")
-        for entry in out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        entries = sorted(out.iterdir())
+        others = [e.name for e in entries if not (_GENERATED.match(e.name) and e.is_file() and not e.is_symlink())]
+        if others:
+            shown = ", ".join(others[:3]) + (", …" if len(others) > 3 else "")
+            raise ValueError(
+                f"out: {out} holds {shown}, which generate did not write: --overwrite replaces only "
+                "its own part-NNNNN files; give an empty or new --out"
+            )
+        for entry in entries:
+            entry.unlink()
     frame = make_frame(config)
     paths = write_frame(frame, Path(out), config.format, config.files)
     log.info("wrote %d events in %d %s files to %s", len(frame), len(paths), config.format, out)

@@ -1,54 +1,369 @@
-"""What a run does with an output directory that already holds a run: Spark's SaveMode words.
+"""What a run does with a directory that already holds a run (Spark's SaveMode words), and what in
+such a directory is a run's to replace.
 
-- error (the default): refuse it, before any work, naming the flag;
-- overwrite: clear the whole previous run first (data, report, plan, plan stores, checkpoint);
+- error (the default): refuse a directory holding a previous run, before any work, naming the flag;
+- overwrite: replace the previous run (data, report, plan, plan stores, checkpoint);
 - append: add this run to it (a stream resuming from its checkpoint, a Kafka `?group=` run), but
   never a stream's batch_id=N/ outputs next to a batch run's date=…/ ones, nor the reverse.
 
-Without this, two runs' outputs mixed silently: `out/metrics` held date= and batch_id= folders
-and `pd.read_parquet("out/metrics")` read both, and a batch run's report.html outlived the stream
-that followed it.
+Each directory a run writes in (the output, a --report-dir, a --checkpoint) gets DIR/_manifest.json,
+listing the entries the run wrote there, and only what a manifest lists is ever replaced. Anything
+else (`out/shedding/` from `rebalancer shedding compare`, a user's notes) is left alone, and refused
+in one line when this run would write the same name. A directory written before manifests (by an
+older rebalancer) counts as a run's only the names a run writes (metrics/, quarantine/,
+summary.json, …, the handler folders its summary.json names, a `_checkpoint/` that holds a
+checkpoint), never any other name. error and overwrite runs are written beside the previous run and
+swapped in at the end (`_output_swap`), so an interrupted run never loses the previous one.
+
+Without this, `--mode overwrite` deleted `out/shedding/` and its plots, an input inside the output
+before refusing it, and a `--checkpoint` directory that held no checkpoint, only a thesis.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
+import socket
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors
-from rebalancer.pipeline.paths import HadoopFS, join, local_path
+from rebalancer.pipeline._output_fs import (
+    INFO,
+    MANIFEST,
+    RunFS,
+    aside_name,
+    at,
+    leftover_tokens,
+    location_key,
+    staging_name,
+)
+from rebalancer.pipeline.paths import join
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from rebalancer.pipeline.runner import RunRequest
+
 OUTPUT_MODES = ("error", "overwrite", "append")
 REPORT_FILES = ("summary.json", "plan.json", "report.html")
-# What only a run writes into its output: an output holding none of them is not a run's to clear.
-# A quiet CLI run's Spark log (see rebalancer.pipeline.quiet), written from before the run starts.
+# A quiet CLI run's Spark log (see rebalancer.pipeline.quiet), written in place from before the run
+# starts: the latest run's log, never swapped, never alone a reason to refuse a directory.
 SPARK_LOG = "spark.log"
-# The claim a Kafka `?group=` run holds on its output (rebalancer.pipeline.kafka.claim): never cleared,
-# since a run may hold it while clearing.
+# The claim a Kafka `?group=` run holds on its output (rebalancer.pipeline.kafka.claim): no run's
+# entry, so never listed in a manifest, replaced or cleared (a run may hold it while it swaps).
 GROUP_LOCK = "_kafka_group.lock"
-RUN_MARKERS = ("summary.json", "metrics", "quarantine", "_checkpoint")
+PLANS = "_plans"  # the handlers' plan stores
+CHECKPOINT = "_checkpoint"  # a stream's default checkpoint, OUTPUT/_checkpoint
+COMPARE_SCRATCH = "_compare_hash"  # --compare-hash's passes, removed after
+CHECKPOINT_ENTRIES = ("query", "rebalancer")  # Spark's checkpoint, and the rebalancer's state beside it
+# The names a run writes, by what the directory is to it: what a directory without a manifest
+# counts as a run's.
+KNOWN = {
+    "output": frozenset({"metrics", "quarantine", *REPORT_FILES, PLANS, CHECKPOINT, SPARK_LOG, COMPARE_SCRATCH}),
+    "report-dir": frozenset({*REPORT_FILES, PLANS, SPARK_LOG}),
+    "checkpoint": frozenset(CHECKPOINT_ENTRIES),
+}
 # How a run keys its metrics: each kind of run, and the folders it writes under OUTPUT/metrics/.
 BY_BATCH = "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/"
 BY_DATE = "a batch run's outputs, metrics/date=…/"
 
 
-def _entries(location: str | Path, spark: SparkSession | None) -> list[str] | None:
-    """The names in directory `location`; None for a remote one while no session is up to look."""
-    local = local_path(location)
-    if local is not None:
-        return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
-    if spark is None:
+@dataclass(frozen=True)
+class RunDir:
+    """A directory a run writes in, what it is to the run (output, report-dir, checkpoint: the
+    first names it in errors), and the top-level names the run may write there."""
+
+    location: str | Path
+    roles: tuple[str, ...]
+    writes: frozenset[str]
+
+    @property
+    def field(self) -> str:
+        return self.roles[0]
+
+    @property
+    def known(self) -> frozenset[str]:
+        return frozenset().union(*(KNOWN[role] for role in self.roles))
+
+    @property
+    def key(self) -> str:
+        return location_key(self.location)
+
+
+def external_checkpoint(request: RunRequest) -> str | Path | None:
+    """A stream's --checkpoint when it is not OUTPUT/_checkpoint (which is one of the output's entries)."""
+    if not request.stream or request.checkpoint is None:
         return None
-    return HadoopFS(spark).children(str(location))
+    if location_key(request.checkpoint) == location_key(join(request.output, CHECKPOINT)):
+        return None
+    return request.checkpoint
 
 
-def _layout(output: str | Path, spark: SparkSession | None) -> str | None:
+def run_dirs(request: RunRequest) -> list[RunDir]:
+    """The directories `request` writes in, each once (a --report-dir that is the output is the output)."""
+    handlers = frozenset(h.name for h in request.handlers.handlers) if request.handlers is not None else frozenset()
+    data = {"metrics", "quarantine", *handlers}
+    reports = {"summary.json", "plan.json"}
+    if request.stream:
+        if external_checkpoint(request) is None:
+            data.add(CHECKPOINT)  # a stream's plan stores are under its checkpoint
+    else:
+        reports |= {"report.html"} if request.report else set()
+        reports |= {PLANS} if handlers else set()
+        data |= {COMPARE_SCRATCH} if request.compare_hash else set()
+    wanted: list[tuple[str | Path, str, set[str]]] = [(request.output, "output", data)]
+    if request.report_dir is None:
+        data |= reports
+    else:
+        wanted.append((request.report_dir, "report-dir", reports))
+    checkpoint = external_checkpoint(request)
+    if checkpoint is not None:
+        wanted.append((checkpoint, "checkpoint", set(CHECKPOINT_ENTRIES)))
+    dirs: dict[str, RunDir] = {}
+    for location, role, names in wanted:
+        key = location_key(location)
+        seen = dirs.get(key)
+        if seen is None:
+            dirs[key] = RunDir(location, (role,), frozenset(names))
+        else:
+            dirs[key] = RunDir(seen.location, (*seen.roles, role), seen.writes | names)
+    return list(dirs.values())
+
+
+@dataclass(frozen=True)
+class Manifest:
+    run: str  # the token of the run that wrote it
+    entries: frozenset[str]
+
+
+def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
+    """DIR/_manifest.json; None when there is none. One that cannot be used is refused, naming it:
+    without it, what in the directory is a run's is not known."""
+    path = at(location, MANIFEST)
+    try:
+        data = fs.read_json(path)
+    except FileNotFoundError:
+        return None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    run = data.get("run") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(n, str) for n in entries) or not isinstance(run, str):
+        raise ValueError(f"{path} is not a run's manifest ({{run, entries}}): restore it, or remove it")
+    return Manifest(run, frozenset(entries))
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A staging directory (and the set-aside one) that a run killed or stopped left in DIR."""
+
+    token: str
+    stage: str | Path
+    aside: str | Path
+    stage_names: tuple[str, ...]  # what is still in the staging directory (empty if it is gone)
+    aside_names: tuple[str, ...]  # the previous run's entries set aside (empty if none)
+    has_stage: bool
+    has_aside: bool
+    info: dict[str, Any] | None  # its _staging.json, None if absent or unreadable
+    committed: bool | None  # the run swapped itself in (None: its output cannot be reached yet)
+
+    @property
+    def swapping(self) -> bool:
+        """The swap had begun: `info` lists what moves."""
+        return self.info is not None and isinstance(self.info.get("entries"), list)
+
+    @property
+    def entries(self) -> list[str]:
+        return [str(n) for n in (self.info or {}).get("entries", [])]
+
+    @property
+    def manifest(self) -> list[str]:
+        return [str(n) for n in (self.info or {}).get("manifest", self.entries)]
+
+    def moved_in(self, names: set[str]) -> set[str]:
+        """The new run's entries already moved into DIR: listed, present, no longer staged."""
+        return {n for n in self.entries if n in names and n not in self.stage_names} if self.swapping else set()
+
+    @property
+    def writer(self) -> int | None:
+        """The pid of a run on this host still writing it; None when that run has ended."""
+        info = self.info or {}
+        pid = info.get("pid")
+        if self.committed or not isinstance(pid, int) or pid == os.getpid() or info.get("host") != socket.gethostname():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, another user's
+            return pid
+        return pid
+
+
+def _read_info(fs: RunFS, stage: str | Path) -> dict[str, Any] | None:
+    try:
+        info = fs.read_json(at(stage, INFO))
+    except (FileNotFoundError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _committed(info: dict[str, Any] | None, token: str, has_stage: bool, spark: SparkSession | None) -> bool | None:
+    """A leftover's run swapped itself in once its output's manifest names it (the commit point)."""
+    if info is None:
+        # No _staging.json: a staging directory never swapped, or half removed after its run's swap
+        # (which removes the set-aside directory first): either way, nothing of it is DIR's now.
+        return False if has_stage else None
+    commit = info.get("commit")
+    if not isinstance(commit, str):
+        return False
+    fs = RunFS.reach(commit, spark)
+    if fs is None:
+        return None
+    try:
+        manifest = read_manifest(fs, commit)
+    except ValueError:
+        return None
+    return manifest is not None and manifest.run == token
+
+
+def find_leftovers(fs: RunFS, location: str | Path, names: list[str], spark: SparkSession | None) -> list[Leftover]:
+    found = []
+    for token in leftover_tokens(names):
+        stage, aside = at(location, staging_name(token)), at(location, aside_name(token))
+        has_stage, has_aside = staging_name(token) in names, aside_name(token) in names
+        info = _read_info(fs, stage) if has_stage else None
+        found.append(
+            Leftover(
+                token,
+                stage,
+                aside,
+                tuple(fs.names(stage)) if has_stage else (),
+                tuple(fs.names(aside)) if has_aside else (),
+                has_stage,
+                has_aside,
+                info,
+                _committed(info, token, has_stage, spark),
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class DirState:
+    """A directory as the next run finds it: what is in it (as it is once a killed run's half swap
+    is undone), which of it a previous run wrote, and what a killed run left."""
+
+    dir: RunDir
+    names: frozenset[str]
+    manifest: Manifest | None
+    owned: frozenset[str]
+    leftovers: tuple[Leftover, ...]
+    holds_checkpoint: bool
+
+    @property
+    def foreign(self) -> frozenset[str]:
+        return self.names - self.owned
+
+    @property
+    def collisions(self) -> list[str]:
+        return sorted(self.dir.writes & self.foreign)
+
+
+def _legacy_owned(fs: RunFS, run_dir: RunDir, names: set[str]) -> set[str]:
+    """A directory without a manifest: the names a run writes, and the handler folders its summary names."""
+    owned = names & run_dir.known
+    if CHECKPOINT in owned and not _is_checkpoint(fs, [at(run_dir.location, CHECKPOINT)]):
+        owned.discard(CHECKPOINT)
+    if "output" in run_dir.roles and "summary.json" in names:
+        try:
+            summary = fs.read_json(at(run_dir.location, "summary.json"))
+        except (FileNotFoundError, ValueError):
+            summary = None
+        handlers = summary.get("handlers") if isinstance(summary, dict) else None
+        if isinstance(handlers, dict):
+            owned |= {name for name in handlers if isinstance(name, str)} & names
+    return owned
+
+
+def _is_checkpoint(fs: RunFS, bases: list[str | Path]) -> bool:
+    """Spark's checkpoint (query/metadata) or the rebalancer's state (rebalancer/state.json) in a base."""
+    marks = (("query", "metadata"), ("rebalancer", "state.json"))
+    return any(fs.exists(at(base, *mark)) for base in bases for mark in marks)
+
+
+def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
+    """`run_dir` as it is; None for a remote one while no session is up to look."""
+    fs = RunFS.reach(run_dir.location, spark)
+    if fs is None:
+        return None
+    listed = fs.names(run_dir.location)
+    leftovers = find_leftovers(fs, run_dir.location, listed, spark)
+    names = {n for n in listed if not n.startswith(".") and n != MANIFEST}
+    manifest = read_manifest(fs, run_dir.location)
+    for leftover in leftovers:
+        if leftover.committed is False:
+            names = (names - leftover.moved_in(names)) | set(leftover.aside_names)
+        elif leftover.committed and (manifest is None or manifest.run != leftover.token) and leftover.swapping:
+            manifest = Manifest(leftover.token, frozenset(leftover.manifest))  # its swap's last step
+    owned = names & manifest.entries if manifest is not None else _legacy_owned(fs, run_dir, names)
+    asides = [lo.aside for lo in leftovers if lo.committed is False and lo.has_aside]
+    holds = manifest is not None or _is_checkpoint(fs, [run_dir.location, *asides])
+    return DirState(run_dir, frozenset(names), manifest, frozenset(owned), tuple(leftovers), holds)
+
+
+def _shown(names: list[str] | frozenset[str]) -> str:
+    ordered = sorted(names)
+    return ", ".join(ordered[:3]) + (", …" if len(ordered) > 3 else "")
+
+
+def collision(state: DirState, names: list[str]) -> ValueError:
+    """The refusal of a run that would write `names` in a directory where no run wrote them."""
+    run_dir = state.dir
+    why = f"not in its {MANIFEST}" if state.manifest is not None else f"it has no {MANIFEST} and the name is not a run's"
+    return ValueError(
+        f"{run_dir.field} {run_dir.location} holds {_shown(names)}, which this run writes but no run of this "
+        f"pipeline wrote ({why}): move it away or give another --{run_dir.field}"
+    )
+
+
+def refuse_busy(state: DirState) -> None:
+    """Two runs into one directory at once would swap over each other: the second is refused."""
+    for leftover in state.leftovers:
+        if leftover.writer is not None:
+            raise ValueError(
+                f"{state.dir.field} {state.dir.location} is being written by another run (pid {leftover.writer} "
+                f"on this host, into {staging_name(leftover.token)}): wait for it to end, or remove that "
+                "directory if no run is going on"
+            )
+
+
+def _refuse_dir(state: DirState, mode: str) -> None:
+    run_dir = state.dir
+    where = f"{run_dir.field} {run_dir.location}"
+    refuse_busy(state)
+    if run_dir.roles == ("checkpoint",) and state.names and not state.holds_checkpoint:
+        raise ValueError(
+            f"checkpoint {run_dir.location} holds no stream's checkpoint (no query/metadata, no "
+            "rebalancer/state.json): --checkpoint takes a new or empty directory, or one a stream wrote"
+        )
+    if state.collisions:
+        raise collision(state, state.collisions)
+    held = [name for name in state.owned if name != SPARK_LOG]
+    if mode == "error" and held:
+        if run_dir.roles == ("checkpoint",):
+            raise ValueError(
+                f"checkpoint {run_dir.location} already holds a stream's state: --mode append resumes from it, "
+                "--mode overwrite starts afresh"
+            )
+        raise ValueError(
+            f"{where} already holds a run's outputs ({_shown(held)}): --mode overwrite replaces them, "
+            "--mode append adds this run to them"
+        )
+
+
+def _layout(fs: RunFS, output: str | Path) -> str | None:
     """How the run already in `output` keyed its metrics: by batch, by date, or None (no metrics)."""
-    names = _entries(join(output, "metrics"), spark) or []
+    names = fs.names(join(output, "metrics"))
     if any(name.startswith("batch_id=") for name in names):
         return BY_BATCH
     if any(name.startswith("date=") for name in names):
@@ -56,78 +371,39 @@ def _layout(output: str | Path, spark: SparkSession | None) -> str | None:
     return None
 
 
-@masks_errors  # its messages name the output: a URI's password shows as ***
-def check_output_mode(
-    output: str | Path,
-    mode: str,
-    keyed_by_batch: bool,
-    report_dir: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    spark: SparkSession | None = None,
-) -> None:
-    """Refuse, in one line naming --mode, an output this run must not write into as it is.
-
-    A remote output is checked once `spark` is given (through its Hadoop FileSystem)."""
-    if mode == "error" and checkpoint is not None and [n for n in _entries(checkpoint, spark) or [] if n[0] != "."]:
-        raise ValueError(
-            f"checkpoint {checkpoint} already holds a stream's state: --mode append resumes from it, "
-            "--mode overwrite starts afresh"
-        )
-    entries = _entries(output, spark)
-    if entries is None:
-        return
-    reports = [n for n in (_entries(report_dir, spark) or []) if n in REPORT_FILES] if report_dir is not None else []
-    held = [name for name in entries if not name.startswith(".") and name != SPARK_LOG]
-    held += reports
-    if not held:
-        return
-    if mode == "error":
-        shown = ", ".join(held[:3]) + (", …" if len(held) > 3 else "")
-        raise ValueError(
-            f"output {output} already holds a run's outputs ({shown}): --mode overwrite replaces them, "
-            "--mode append adds this run to them"
-        )
-    if mode == "overwrite":
-        if not any(name in RUN_MARKERS for name in entries) and not reports:
+@masks_errors  # its messages name the directories: a URI's password shows as ***
+def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
+    """The output mode's refusals for every directory `request` writes in, before anything is written
+    there or replaced; returns what was found (None for a remote directory without `spark`)."""
+    states = [inspect_dir(run_dir, spark) for run_dir in run_dirs(request)]
+    for state in states:
+        if state is not None:
+            _refuse_dir(state, request.mode)
+    output = states[0]  # run_dirs lists the output first
+    if request.mode == "append" and output is not None:
+        fs = RunFS(output.dir.location, spark)
+        ours = BY_BATCH if request.keyed_by_batch else BY_DATE
+        theirs = _layout(fs, output.dir.location)
+        if theirs is not None and theirs != ours:
             raise ValueError(
-                f"output {output} is not empty and holds no run's outputs (no summary.json, metrics/): "
-                "--mode overwrite clears only a run's output directory"
+                f"output {request.output} holds {theirs}; --mode append would mix in {ours}: give another "
+                "--output or --mode overwrite"
             )
-        return
-    ours = BY_BATCH if keyed_by_batch else BY_DATE
-    theirs = _layout(output, spark)
-    if theirs is not None and theirs != ours:
+    return states
+
+
+def claim_spark_log(log_file: Path) -> None:
+    """A quiet CLI run writes Spark's log to DIR/spark.log from before the run starts, over what is
+    there. One that no run wrote (DIR has a manifest that does not list it) is refused; a new one is
+    listed in DIR's manifest first, so a run killed from then on leaves nothing the next one refuses."""
+    fs = RunFS(log_file.parent, None)
+    manifest = read_manifest(fs, log_file.parent)
+    if manifest is None or SPARK_LOG in manifest.entries:
+        return  # no manifest: spark.log is one of a run's names
+    if log_file.exists() or log_file.is_symlink():
         raise ValueError(
-            f"output {output} holds {theirs}; --mode append would mix in {ours}: give another --output "
-            "or --mode overwrite"
+            f"{log_file} is not a run's log (not in {log_file.parent / MANIFEST}), and a run without -v "
+            "writes Spark's log there: move it away, or run with -v"
         )
-
-
-@masks_errors
-def clear_outputs(
-    output: str | Path,
-    mode: str,
-    report_dir: str | Path | None,
-    checkpoint: str | Path | None,
-    spark: SparkSession | None,
-) -> None:
-    """--mode overwrite: remove the previous run whole (its checkpoint too: a stream that resumed
-    from it would not be a new run); other modes leave everything as it is."""
-    if mode != "overwrite":
-        return
-    check_output_mode(output, mode, False, report_dir, None, spark)
-    # The log of this very run (OUTPUT/spark.log, being written since Spark started) is no previous run's.
-    targets = [join(output, name) for name in _entries(output, spark) or [] if name not in (SPARK_LOG, GROUP_LOCK)]
-    if report_dir is not None:
-        targets += [join(report_dir, name) for name in (*REPORT_FILES, "_plans")]
-    if checkpoint is not None:
-        targets.append(checkpoint)
-    for target in targets:
-        local = local_path(target)
-        if local is None:
-            assert spark is not None  # _entries looked remotely through it
-            HadoopFS(spark).delete(str(target))
-        elif local.is_dir() and not local.is_symlink():
-            shutil.rmtree(local)
-        elif local.exists() or local.is_symlink():
-            local.unlink()
+    data = fs.read_json(at(log_file.parent, MANIFEST))
+    fs.write_json(at(log_file.parent, MANIFEST), {**data, "entries": sorted({*manifest.entries, SPARK_LOG})})

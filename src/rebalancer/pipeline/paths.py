@@ -215,6 +215,15 @@ class HadoopFS:
             if not fs.mkdirs(path):
                 raise ValueError(f"cannot create the directory {shown_location(uri)}")
 
+    def move(self, source: str, target: str) -> None:
+        """Rename `source` to `target`, which must not exist (Hadoop would move it into a directory
+        there): how a run's staged outputs are swapped in."""
+        with self.errors(source):
+            fs, src = self._fs_path(source)
+            _, dst = self._fs_path(target)
+            if fs.exists(dst) or not fs.rename(src, dst):
+                raise ValueError(f"cannot rename {masked_url(source)} to {masked_url(target)}")
+
     def rename(self, source: str, target: str) -> None:
         """Move `source` over `target`: object stores have no atomic rename, so delete, then move."""
         with self.errors(source):

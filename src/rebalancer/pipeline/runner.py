@@ -1,8 +1,9 @@
 """`run(RunRequest(...))`: what `rebalancer pipeline run` does, from Python.
 
 The request is validated once, where it is made; the output mode (Spark's SaveMode words: error,
-overwrite, append) is applied before any work, so two runs' outputs never end up mixed in one
-directory. `cmd_run` builds a `RunRequest` from its flags and calls `run`.
+overwrite, append) is checked before any work, so two runs' outputs never end up mixed in one
+directory, and an error or overwrite run is swapped in only once complete. `cmd_run` builds a
+`RunRequest` from its flags and calls `run`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from rebalancer._secrets import masked_repr
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
-from rebalancer.pipeline.output_mode import check_output_mode, clear_outputs
+from rebalancer.pipeline.output_mode import check_run_outputs, external_checkpoint
 from rebalancer.pipeline.paths import is_remote, join
 from rebalancer.pipeline.run_fields import check_settings
 from rebalancer.pipeline.run_summary import RunSummary  # re-exported: its public home is here
@@ -27,6 +28,8 @@ __all__ = ["RunRequest", "RunSummary", "resolve_input", "run"]
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from rebalancer.pipeline._output_swap import Outputs
+    from rebalancer.pipeline.batch import ReusedPlan
     from rebalancer.pipeline.contract import Input
     from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
@@ -41,9 +44,10 @@ class RunRequest:
 
     `input` is a path, a Hadoop filesystem URI, a `kafka://HOST:PORT/TOPIC[?…]` URL, or an input
     already inspected (`ingest.inspect_input`, `kafka.telemetry.parse_kafka_url`). `mode` is what
-    happens to an `output` that already holds a run: "error" refuses it, "overwrite" clears it
-    first (report and plan included), "append" adds this run to it (a stream resuming from its
-    checkpoint, a Kafka `?group=` run). `plan_from` (a plan.json, a one-column PlanStore, or a
+    happens to an `output` that already holds a run: "error" refuses it, "overwrite" replaces it
+    once this run is complete (report, plan and checkpoint included; only what the previous run's
+    _manifest.json lists), "append" adds this run to it (a stream resuming from its checkpoint, a
+    Kafka `?group=` run). `plan_from` (a plan.json, a one-column PlanStore, or a
     directory holding either) is the only way a previous plan reaches this run; a local one is
     checked here when `partitions` is given, so a bad file fails before Spark starts.
 
@@ -155,16 +159,10 @@ class RunRequest:
         return self.checkpoint or join(self.output, "_checkpoint")
 
     def check_output(self, spark: SparkSession | None = None) -> None:
-        """The output mode's refusals, before any work: a local output's before Spark starts, a
-        remote one's (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem."""
-        check_output_mode(
-            self.output,
-            self.mode,
-            self.keyed_by_batch,
-            self.report_dir,
-            self.checkpoint if self.stream else None,
-            spark=spark,
-        )
+        """The output mode's refusals, before any work, for every directory the run writes in (the
+        output, report_dir, a stream's checkpoint): a local one's before Spark starts, a remote one's
+        (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem. Nothing is changed."""
+        check_run_outputs(self, spark)
 
 
 @cache
@@ -200,28 +198,54 @@ def run(
     `spark` defaults to the active session. `progress` is called with each stage's name (a batch
     run), `on_batch` with each micro-batch applied (a stream). Raises ValueError, naming the field,
     for a request the output refuses (see `RunRequest.mode`) or an input that cannot be read.
+
+    Every check comes before anything is written or replaced: the input against the output and the
+    checkpoint, the plan asked for, the output mode, the sink's tables. In error and overwrite modes
+    the run is then written beside the previous one and swapped in once complete (`_output_swap`):
+    an interrupted run leaves the previous one as it was.
     """
+    from rebalancer.pipeline._output_swap import run_outputs
+    from rebalancer.pipeline.ingest import check_output
+
     if spark is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise ValueError("spark: no active SparkSession; pass spark= (see rebalancer.pipeline.session.build_session)")
-    request.check_output(spark)
     spec = resolve_input(request, spark)
-    if request.sink is not None:
-        from rebalancer.pipeline.sinks import prepare_sink
-
-        # A table with other columns fails here, before any work; a group run keys its tables by batch.
-        prepare_sink(request.sink, spark, stream=request.keyed_by_batch, handlers=request.handlers)
+    check_output(request.output, spec, request.checkpoint_location, spark)
     reused = None
     if request.plan_from is not None and not request.stream:
         from rebalancer.pipeline.batch import load_plan
         from rebalancer.pipeline.session import default_parallelism
 
-        # Read before --mode overwrite clears the output, which may be where the plan is.
         reused = load_plan(request.plan_from, request.partitions or default_parallelism(spark), spark)
-    clear_outputs(request.output, request.mode, request.report_dir, request.checkpoint_location, spark)
+    states = check_run_outputs(request, spark)
+    if request.sink is not None:
+        from rebalancer.pipeline.sinks import prepare_sink
+
+        # A table with other columns fails here, before any work; a group run keys its tables by batch.
+        prepare_sink(request.sink, spark, stream=request.keyed_by_batch, handlers=request.handlers)
+    with run_outputs([state for state in states if state is not None], request.mode, spark) as outputs:
+        summary = _run_into(request, spec, spark, outputs, reused, progress, on_batch)
+    return RunSummary.from_json(summary)
+
+
+def _run_into(
+    request: RunRequest,
+    spec: Input,
+    spark: SparkSession,
+    outputs: Outputs,
+    reused: ReusedPlan | None,
+    progress: Callable[[str], None] | None,
+    on_batch: Callable[[BatchProgress], None] | None,
+) -> dict[str, Any]:
+    """The engine of the run, writing where `outputs` says (a staging directory, or the output)."""
+    output = outputs.at(request.output)
+    report_dir = outputs.at(request.report_dir) if request.report_dir is not None else None
+    checkpoint = external_checkpoint(request)
+    shown = str(request.output)
     if request.stream:
         from rebalancer.pipeline.stream import StreamConfig, run_stream
 
@@ -238,38 +262,39 @@ def run(
             max_batches=request.max_batches,
             files_per_batch=request.files_per_batch,
             available_now=request.available_now,
-            checkpoint=request.checkpoint,
+            checkpoint=outputs.at(checkpoint) if checkpoint is not None else None,
         )
-        summary = run_stream(
+        return run_stream(
             spark,
             spec,  # type: ignore[arg-type]  # an Input: the stream reads it through the protocol
-            request.output,
+            output,
             config,
             sink=request.sink,
             handlers=request.handlers,
             cost=request.cost,
-            report_dir=request.report_dir,
+            report_dir=report_dir,
             on_batch=on_batch,
             output_mode=request.mode,
+            output_name=shown,
         )
-    else:
-        from rebalancer.pipeline.batch import run_batch
+    from rebalancer.pipeline.batch import run_batch
 
-        summary = run_batch(
-            spark,
-            spec,
-            request.output,
-            partitioning=request.partitioning,
-            partitions=request.partitions,
-            progress=progress,
-            report=request.report,
-            group_cost=request.group_cost,
-            sink=request.sink,
-            handlers=request.handlers,
-            cost=request.cost,
-            report_dir=request.report_dir,
-            plan_from=reused,
-            output_mode=request.mode,
-            compare_hash=request.compare_hash,
-        )
-    return RunSummary.from_json(summary)
+    return run_batch(
+        spark,
+        spec,
+        output,
+        partitioning=request.partitioning,
+        partitions=request.partitions,
+        progress=progress,
+        report=request.report,
+        group_cost=request.group_cost,
+        sink=request.sink,
+        handlers=request.handlers,
+        cost=request.cost,
+        report_dir=report_dir,
+        plan_from=reused,
+        output_mode=request.mode,
+        compare_hash=request.compare_hash,
+        output_name=shown,
+        publish=outputs.publish,
+    )

@@ -1,0 +1,285 @@
+"""A run written beside the previous one, then swapped in: an interrupted run never loses the
+previous run, and never leaves half a run in its place.
+
+In error and overwrite modes, every directory the run writes in (the output, a --report-dir, a
+--checkpoint) gets DIR/.rebalancer-staging-TOKEN/, where the run writes what it would write in DIR.
+Once the run is complete (every output written, its summary too), the swap, in each directory:
+records in the staging's _staging.json what moves; moves the entries the previous run's manifest
+lists to DIR/.rebalancer-old-TOKEN/; moves the new entries in. Then the output's _manifest.json,
+naming this run, replaces the previous one: that one rename is the commit point. The other
+directories' manifests follow, and the set-aside and staging directories are removed last.
+
+A run stopped before the commit point is undone (on Ctrl-C at once, after a SIGKILL by the next
+run): every entry it had moved in is moved back out, the previous run's are moved back, and its
+staging is removed. One stopped after it is finished: only the two hidden directories are left to
+remove. The next run, in any mode, does this before anything else and logs what it found; a staging
+directory that a live run on this host is writing is never touched (the next run refuses instead).
+
+In append mode nothing is staged (a stream resumes from its checkpoint, a group run adds a batch):
+the manifests are written first, naming what the run may add, so a stopped append leaves nothing
+that a later run takes for someone else's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rebalancer import __version__
+from rebalancer.pipeline._output_fs import INFO, MANIFEST, RunFS, aside_name, at, location_key, staging_name
+from rebalancer.pipeline.output_mode import SPARK_LOG, DirState, Leftover, collision, inspect_dir, refuse_busy
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+# Tests stop a run at a named point with it: "stage:NAME" (each stage of a batch run), "staged" (the
+# run complete, before the swap), "swap" (the previous run set aside, the new one not yet moved in),
+# "committed" (the manifest written, the set-aside run not yet removed). None outside tests.
+hold: Callable[[str], None] | None = None
+
+
+def held(point: str) -> None:
+    if hold is not None:
+        hold(point)
+
+
+def _token() -> str:
+    """Sorts by time; unique among runs (pid, and random bits for runs on other hosts)."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _manifest(token: str, entries: list[str] | set[str]) -> dict[str, Any]:
+    return {"version": 1, "written_by": f"rebalancer {__version__}", "run": token, "entries": sorted(entries)}
+
+
+def _our_log(fs: RunFS, location: str | Path) -> bool:
+    """This process's Spark log (a quiet CLI run's) is DIR/spark.log."""
+    from rebalancer.pipeline.quiet import jvm_log_file
+
+    log_file = jvm_log_file()
+    return log_file is not None and location_key(log_file) == location_key(at(location, SPARK_LOG))
+
+
+def _kept_log(state: DirState, fs: RunFS) -> set[str]:
+    """spark.log stays where it is (it is being written): listed when a run wrote it."""
+    location = state.dir.location
+    if not fs.exists(at(location, SPARK_LOG)):
+        return set()
+    return {SPARK_LOG} if SPARK_LOG in state.owned or _our_log(fs, location) else set()
+
+
+def _sigint_ignored() -> Any:
+    from rebalancer.pipeline._stream_query import _sigint
+
+    return _sigint(signal.SIG_IGN)  # a second Ctrl-C must not cut putting the previous run back
+
+
+def _roll_back(fs: RunFS, location: str | Path, leftover: Leftover | _Swap) -> bool:
+    """Undo a swap not committed: the new entries back out, the previous run's back in, the staging
+    removed. The set-aside directory is removed only once empty. True if all of it was put back."""
+    stage, aside = leftover.stage, leftover.aside
+    for name in leftover.entries:
+        if not fs.exists(at(stage, name)) and fs.exists(at(location, name)):
+            fs.move(at(location, name), at(stage, name))
+    whole = True
+    for name in fs.names(aside) if fs.exists(aside) else []:
+        if fs.exists(at(location, name)):
+            whole = False  # something took its place meanwhile: the previous run's copy stays aside
+            log.warning("%s: %s is back in place already; the previous run's copy stays in %s", location, name, aside)
+        else:
+            fs.move(at(aside, name), at(location, name))
+    if whole:
+        fs.remove(aside)
+    fs.remove(stage)
+    return whole
+
+
+def recover(states: list[DirState], spark: SparkSession | None) -> int:
+    """Finish or undo what stopped runs left in these directories; returns how many were found."""
+    found = 0
+    for state in states:
+        fs = RunFS(state.dir.location, spark)
+        location = state.dir.location
+        for leftover in state.leftovers:
+            if leftover.writer is not None or leftover.committed is None:
+                continue  # a live run's; or its output cannot be reached yet (the run looks again)
+            found += 1
+            if leftover.committed:
+                if _manifest_stale(fs, location, leftover):
+                    fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest)))
+                fs.remove(leftover.aside)
+                fs.remove(leftover.stage)
+                log.warning("%s: finished the swap of a run stopped after it was in place (%s)", location, leftover.token)
+            elif leftover.swapping or leftover.has_aside:
+                whole = _roll_back(fs, location, leftover)
+                log.warning(
+                    "%s: undid the swap of a run stopped midway (%s): %s", location, leftover.token,
+                    "the previous run is back" if whole else f"what could not be put back stays in {leftover.aside}",
+                )
+            else:
+                fs.remove(leftover.stage)
+                log.warning("%s: removed the staging directory of a run that was stopped (%s)", location, leftover.token)
+    return found
+
+
+def _manifest_stale(fs: RunFS, location: str | Path, leftover: Leftover) -> bool:
+    """The manifest on disk is not yet the committed run's (a directory other than the output)."""
+    try:
+        data = fs.read_json(at(location, MANIFEST))
+    except (FileNotFoundError, ValueError):
+        return True
+    return not isinstance(data, dict) or data.get("run") != leftover.token
+
+
+class _Swap:
+    """One directory's part of a publish: what moves in, what moves aside."""
+
+    def __init__(self, state: DirState, fs: RunFS, token: str) -> None:
+        self.state, self.fs = state, fs
+        self.location = state.dir.location
+        self.stage = at(self.location, staging_name(token))
+        self.aside = at(self.location, aside_name(token))
+        self.entries: list[str] = []
+        self.old: list[str] = []
+        self.manifest: set[str] = set()
+
+
+class Outputs:
+    """Where one run writes: each directory's staging (error and overwrite modes) or the directory
+    itself (append), and `publish`, which swaps the staged run in."""
+
+    def __init__(self, states: list[DirState], mode: str, spark: SparkSession | None) -> None:
+        self.states = states
+        self.spark = spark
+        self.staged = mode != "append"
+        self.token = _token()
+        self.fs = {state.dir.key: RunFS(state.dir.location, spark) for state in states}
+        self.created: list[str | Path] = []
+        self.committed = False
+        self._published = False
+
+    def at(self, location: str | Path) -> str | Path:
+        """Where this run writes what belongs in `location` (one of the run's directories)."""
+        if not self.staged:
+            return location
+        for state in self.states:
+            if state.dir.key == location_key(location):
+                return at(state.dir.location, staging_name(self.token))
+        raise ValueError(f"{location} is none of this run's directories")
+
+    def open(self) -> None:
+        for state in self.states:
+            fs, location = self.fs[state.dir.key], state.dir.location
+            if not fs.exists(location):
+                self.created.append(location)
+            if not self.staged:
+                fs.mkdir(location)
+                entries = state.owned | state.dir.writes | _kept_log(state, fs)
+                fs.write_json(at(location, MANIFEST), _manifest(self.token, set(entries)))
+                continue
+            stage = at(location, staging_name(self.token))
+            fs.mkdir(stage)
+            # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
+            info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
+                    "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+            fs.write_json(at(stage, INFO), info)
+
+    def discard(self) -> None:
+        """Remove this run's staging (Ctrl-C, a failure): the previous run was never touched."""
+        for state in self.states:
+            fs = self.fs[state.dir.key]
+            stage = at(state.dir.location, staging_name(self.token))
+            try:
+                fs.remove(stage)
+                if state.dir.location in self.created and not fs.names(state.dir.location):
+                    fs.remove(state.dir.location)
+            except (OSError, ValueError) as exc:  # a cancelled Spark task may still be writing there
+                log.warning("could not remove %s (%s); the next run removes it", stage, exc)
+
+    def publish(self) -> None:
+        """Swap the staged run in, once (a group run calls it before committing its offsets)."""
+        if not self.staged or self._published:
+            return
+        self._published = True
+        held("staged")
+        swaps = [self._plan(state) for state in self.states]
+        for swap in swaps:
+            info = swap.fs.read_json(at(swap.stage, INFO))
+            swap.fs.write_json(
+                at(swap.stage, INFO), {**info, "entries": swap.entries, "aside": swap.old, "manifest": sorted(swap.manifest)}
+            )
+        try:
+            for swap in reversed(swaps):  # the output last: its manifest is the commit point
+                if swap.old:
+                    swap.fs.mkdir(swap.aside)
+                for name in swap.old:
+                    swap.fs.move(at(swap.location, name), at(swap.aside, name))
+            held("swap")
+            for swap in reversed(swaps):
+                for name in swap.entries:
+                    swap.fs.move(at(swap.stage, name), at(swap.location, name))
+            output = swaps[0]
+            output.fs.write_json(at(output.location, MANIFEST), _manifest(self.token, output.manifest))
+            self.committed = True
+        except BaseException:
+            with _sigint_ignored():
+                for swap in swaps:
+                    _roll_back(swap.fs, swap.location, swap)
+            raise
+        held("committed")
+        self._finish(swaps)
+
+    def _plan(self, state: DirState) -> _Swap:
+        """What moves in one directory, looked at again now: refused if what the run wrote collides
+        with something that appeared there meanwhile."""
+        fs = self.fs[state.dir.key]
+        swap = _Swap(state, fs, self.token)
+        now = inspect_dir(state.dir, self.spark)
+        assert now is not None  # the run reached it to stage there
+        refuse_busy(now)  # two runs started at once, neither seeing the other: the second to publish yields
+        swap.entries = [n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST)]
+        clashes = sorted(set(swap.entries) & now.foreign)
+        if clashes:
+            raise collision(now, clashes)
+        swap.old = sorted(now.owned - {SPARK_LOG})
+        swap.manifest = set(swap.entries) | _kept_log(now, fs)
+        return swap
+
+    def _finish(self, swaps: list[_Swap]) -> None:
+        """After the commit point: the other manifests, then the previous run and the staging removed.
+        A failure here leaves the new run in place; the next run removes what is left."""
+        try:
+            for swap in swaps[1:]:
+                swap.fs.write_json(at(swap.location, MANIFEST), _manifest(self.token, swap.manifest))
+            for swap in swaps:
+                swap.fs.remove(swap.aside)
+                swap.fs.remove(swap.stage)
+        except (OSError, ValueError) as exc:
+            log.warning("the run is in place, but removing what it replaced failed (%s); the next run finishes it", exc)
+
+
+@contextmanager
+def run_outputs(states: list[DirState], mode: str, spark: SparkSession | None) -> Iterator[Outputs]:
+    """The run's directories for the block: what stopped runs left is dealt with first; the staged
+    run is swapped in when the block ends (if the block has not published it), or removed if it fails."""
+    recover(states, spark)
+    outputs = Outputs(states, mode, spark)
+    outputs.open()
+    try:
+        yield outputs
+        outputs.publish()
+    except BaseException:
+        if outputs.staged and not outputs.committed:
+            with _sigint_ignored():
+                outputs.discard()
+        raise
