@@ -24,6 +24,7 @@ __all__ = [
     "SECRET_KEY_WORDS",
     "has_user_info",
     "is_secret_key",
+    "masked_pairs",
     "masked_repr",
     "masked_text",
     "masked_url",
@@ -180,6 +181,18 @@ def masked_url(text: str, is_secret: Callable[[str], bool] = is_secret_key) -> s
     parameters = text.find(";", start) if text[:start].lower().startswith("sc:") else -1
     if parameters >= 0:
         spans.extend(_secret_values(text, parameters + 1, is_secret, ";"))
+    return _masked_spans(text, spans)
+
+
+def masked_pairs(text: str, is_secret: Callable[[str], bool] = is_secret_key) -> str:
+    """`text` read as '&'-separated `key=value` pairs, a query without its '?', each secret value as
+    ***: for the part of a URL where a '?' was forgotten or mistyped, such as a kafka:// URL's topic
+    (`kafka://h:9092/t&kafka.sasl.password=...`). A text holding no '=' is returned as it is."""
+    return _masked_spans(text, _secret_values(text, 0, is_secret, "&"))
+
+
+def _masked_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with each span replaced by ***, spans that overlap or touch as one."""
     shown: list[str] = []
     kept = 0
     for begin, end in sorted(spans):

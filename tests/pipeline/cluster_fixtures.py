@@ -2,7 +2,8 @@
 started from the pyspark wheel's `bin/spark-class` on 127.0.0.1, once per test session.
 
 `spark-class` runs `java` as a child, so each daemon gets its own process group (`start_new_session`)
-and is stopped with `os.killpg`; the teardown then checks that no process of any group is left.
+and is stopped with `os.killpg`; the teardown then checks that no process of any group is left. A
+watchdog beside each group kills it if pytest dies without a teardown (SIGKILL, a timeout's exit).
 
 The executors' Python (`worker_python`) is a virtualenv that sees the main environment's libraries
 (pyspark, pandas, pyarrow, numpy) but not `rebalancer`: the job has to ship it (`--ship`).
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from rebalancer._watchdog import Watchdog
 
 WORKERS = 2
 # A loaded 2-core machine starts three JVMs slowly; readiness is polled, so this is only a bound.
@@ -77,6 +80,7 @@ class StandaloneCluster:
     worker_python: Path
     spark_home: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    watchdogs: list[Watchdog] = field(default_factory=list)
     logs: Path | None = None
 
     def state(self) -> dict[str, Any]:
@@ -128,6 +132,7 @@ def _start(cluster: StandaloneCluster, name: str, args: list[str], env: dict[str
     )
     log.close()  # the child holds its own descriptor
     cluster.processes.append(process)
+    cluster.watchdogs.append(Watchdog(kill_groups=[process.pid]))
 
 
 def _wait_ready(cluster: StandaloneCluster) -> None:
@@ -167,6 +172,8 @@ def _stop(cluster: StandaloneCluster) -> None:
         _kill_group(process.pid, deadline)
         process.wait()  # reaps the leader, whose zombie would keep its group "alive"
     leftover = [process.pid for process in cluster.processes if _group_alive(process.pid)]
+    for watchdog in cluster.watchdogs:
+        watchdog.stop()
     assert not leftover, f"cluster process groups still running: {leftover}"
 
 

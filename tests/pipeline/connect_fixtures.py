@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from cluster_fixtures import _group_alive, _kill_group, free_port, spark_home
 
+from rebalancer._watchdog import Watchdog
+
 # A JVM that compiles Spark on a loaded 2-core machine: minutes, not seconds, in the worst case.
 START_DEADLINE_S = 420.0
 STOP_GRACE_S = 30.0
@@ -87,6 +89,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
         server = subprocess.Popen(
             command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    watchdog = Watchdog(kill_groups=[server.pid])  # if pytest dies without this teardown
     try:
         deadline = time.monotonic() + START_DEADLINE_S
         while not _accepts(port):
@@ -97,7 +100,10 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
             time.sleep(0.5)
         yield ConnectServer(url=f"sc://127.0.0.1:{port}", log=log)
     finally:
-        _stop(server)
+        try:
+            _stop(server)
+        finally:
+            watchdog.stop()
 
 
 def _stop(server: subprocess.Popen[bytes]) -> None:

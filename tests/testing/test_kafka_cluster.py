@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import itertools
 import json
@@ -23,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from process_helpers import alive, killed_owner, wait_gone
 from rebalancer.testing import KafkaCluster, kafka_cluster
 from rebalancer.testing.kafka_cluster import KAFKA_API_KEYS, KAFKA_VERSION, KafkaNotInstalledError
 
@@ -34,26 +34,6 @@ _topic_ids = itertools.count()
 
 def new_topic_name(prefix: str) -> str:
     return f"{prefix}-{next(_topic_ids)}"
-
-
-def alive(pid: int) -> bool:
-    """A process exists and is not a zombie (an orphan reaped late by PID 1 still answers kill 0)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
 
 
 class Deliveries:
@@ -294,63 +274,18 @@ def test_a_killed_interpreter_leaves_no_broker_behind():
 
 
 # -- issue 42 item 11: a forked child must not keep a SIGKILLed owner's brokers alive -----------------
-_START_FORK_AND_REPORT = """
-import json, os, time
+# The watchdog's own tests (the pipe closed in forks, stop() in a fork) are tests/test_watchdog.py.
+_START_AND_REPORT_FORKING = """
 from rebalancer.testing import KafkaCluster
 cluster = KafkaCluster(brokers=1)
-child = os.fork()
-if child == 0:  # alive and idle, holding a copy of everything the owner had open
-    time.sleep(600)
-    os._exit(0)
-print(json.dumps({"pids": list(cluster.started_pids), "jvms": list(cluster.pids.values()),
-                  "dir": str(cluster.data_dir), "child": child}), flush=True)
-time.sleep(600)
+report = {"pids": list(cluster.started_pids), "groups": list(cluster.pids.values()), "dirs": [str(cluster.data_dir)]}
 """
 
 
 def test_a_killed_owner_with_a_live_forked_child_leaves_no_broker_behind():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _START_FORK_AND_REPORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    info: dict = {}
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read() if proc.stderr else ""
-        info = json.loads(line)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        assert alive(info["child"])  # the fork outlives its parent: what kept the watchdog's pipe open
+    with killed_owner(_START_AND_REPORT_FORKING) as info:
         # Before the fix the JVM ran on as long as the child did; a process exit is given a generous bound.
         assert wait_gone(info["pids"], timeout_s=60) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in info.get("jvms", []):  # whatever the outcome, nothing of this test runs on
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-        if info.get("child"):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(info["child"], signal.SIGKILL)
-        shutil.rmtree(info.get("dir", "/nonexistent"), ignore_errors=True)
-
-
-def test_a_fork_closes_its_copy_of_the_watchdog_pipes():
-    """The fallback where pidfd_open is missing: a child of os.fork() holds no watchdog pipe."""
-    with KafkaCluster(brokers=1) as cluster:
-        pipes = [n.watchdog.stdin for n in cluster._state.nodes.values() if n.watchdog and n.watchdog.stdin]
-        assert len(pipes) == 1 and not os.get_inheritable(pipes[0].fileno())  # close-on-exec
-        read_end, write_end = os.pipe()
-        child = os.fork()
-        if child == 0:
-            os.write(write_end, b"1" if all(p.closed for p in pipes) else b"0")
-            os._exit(0)
-        os.close(write_end)
-        assert os.read(read_end, 1) == b"1"
-        os.close(read_end)
-        os.waitpid(child, 0)
-        assert not any(p.closed for p in pipes)  # the owner's own copies stay open
 
 
 # -- issue 42 item 10: a port taken between choosing and binding, Jolokia's included ----------------

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from process_helpers import killed_owner, wait_gone
 from rebalancer.testing.streams import StreamRun
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,3 +88,33 @@ def test_interrupt_is_ctrl_c_and_returns_the_exit_code_and_stderr(tmp_path):
     )
     run.wait_rows(1, deadline_s=60)
     assert run.interrupt(timeout_s=60) == (130, "stopped by Ctrl-C\n")
+
+
+# -- issue 42 item 11's pattern: a run does not outlive a SIGKILLed owner, even one with a forked child --
+_OWN_A_STREAM = """
+import sys, tempfile
+from rebalancer.testing.streams import StreamRun
+body = (
+    "import subprocess, time\\n"
+    "jvm = subprocess.Popen(['sleep', '600'])\\n"  # as Spark's JVM: a child in the run's group
+    "print(f'batch 0: 1 rows (0 quarantined) jvm={jvm.pid}', flush=True)\\n"
+    "time.sleep(600)\\n"
+)
+run = StreamRun([sys.executable, "-c", body], tempfile.gettempdir())
+run.wait_rows(1, deadline_s=60)
+jvm = int(run.seen[0].rsplit("=", 1)[1])
+report = {"run": run.process.pid, "jvm": jvm, "groups": [run.process.pid], "pids": [jvm]}
+"""
+
+
+def test_a_killed_owner_with_a_live_forked_child_leaves_no_stream_behind():
+    with killed_owner(_OWN_A_STREAM) as info:
+        # Before, the run had no watchdog: it ran on, and the child kept its stdout pipe open.
+        assert wait_gone([info["run"], info["jvm"]], timeout_s=60) == []
+
+
+def test_a_run_that_ended_stops_its_watchdog(tmp_path):
+    run = StreamRun(_script("print('batch 0: 1 rows (0 quarantined)')"), tmp_path)
+    with pytest.raises(RuntimeError, match=r"^the stream exited \(0\) at 1 of 2 rows:"):
+        run.wait_rows(2, deadline_s=60)
+    assert run._watchdog.process.returncode == -9  # stopped, not left to kill a group that is gone

@@ -49,6 +49,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from rebalancer._watchdog import Watchdog
 from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
 from rebalancer.shedding.model import MB, BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig
 from rebalancer.shedding.pulsar import (
@@ -417,7 +418,11 @@ def build_harness(*, quiet: bool = True) -> tuple[Path, Path]:
 
 
 class PulsarHarness:
-    """One JVM running the harness; ``run`` sends cases and reads back one result per case."""
+    """One JVM running the harness; ``run`` sends cases and reads back one result per case.
+
+    The JVM ends when its stdin closes (``close``). If this process dies without closing it, a
+    watchdog kills the JVM: its stdin alone stayed open while a child this process had forked lived.
+    """
 
     def __init__(self) -> None:
         jar, classpath = build_harness()
@@ -435,7 +440,9 @@ class PulsarHarness:
             text=True,
             encoding="utf-8",
             bufsize=1,
+            start_new_session=True,  # its own group, for the watchdog to kill
         )
+        self._watchdog = Watchdog(kill_groups=[self._process.pid])
         self._lock = threading.Lock()
 
     def run(self, cases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -479,6 +486,7 @@ class PulsarHarness:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        self._watchdog.stop()
         self._log.close()
 
     def __enter__(self) -> PulsarHarness:

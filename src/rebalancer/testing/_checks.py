@@ -10,8 +10,8 @@ float or a str became a ctypes error) or a JVM.
 from __future__ import annotations
 
 import math
-import re
 
+from rebalancer._kafka_names import TOPIC_NAME_MAX, check_topic_name
 from rebalancer._numbers import shown
 
 __all__ = [
@@ -26,9 +26,8 @@ __all__ = [
 ]
 
 INT32_MAX = 2**31 - 1  # Kafka's partition counts and broker ids are int32
-# org.apache.kafka.common.internals.Topic: MAX_NAME_LENGTH and the legal characters.
-TOPIC_NAME_MAX = 249
-_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+", re.ASCII)
+# The topic-name rule (TOPIC_NAME_MAX, check_topic_name) lives in rebalancer/_kafka_names.py: the
+# pipeline checks its kafka:// inputs by it too, and must not import `testing`.
 
 
 def check_int(field: str, value: object, low: int, high: int | None = None) -> int:
@@ -59,23 +58,6 @@ def check_broker_id(broker_id: object, brokers: int, *, allow_all: bool = False)
             return broker_id
     every = " (or -1 for all)" if allow_all else ""
     raise ValueError(f"broker_id must be in 1..{brokers}{every}, got {shown(broker_id)}")
-
-
-def check_topic_name(name: object) -> str:
-    """Kafka's own rule (Topic.validate): 1..249 ASCII letters, digits, '.', '_', '-'; not '.' or '..'."""
-    if not isinstance(name, str):
-        raise ValueError(f"topic name must be a str, got {shown(name)}")
-    if not name:
-        raise ValueError("topic name must not be empty, got ''")
-    if name in (".", ".."):
-        raise ValueError(f"topic name cannot be '.' or '..', got {name!r}")
-    if len(name) > TOPIC_NAME_MAX:
-        raise ValueError(f"topic name must be at most {TOPIC_NAME_MAX} characters, got {len(name)}: {shown(name)}")
-    if not _TOPIC_CHARS.fullmatch(name):
-        raise ValueError(
-            f"topic name may hold only ASCII letters, digits, '.', '_' and '-', got {shown(name)}"
-        )
-    return name
 
 
 def check_topic(name: object, partitions: object, replication_factor: object, brokers: int) -> None:

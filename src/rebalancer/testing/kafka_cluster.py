@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
+from rebalancer._watchdog import Watchdog
 from rebalancer.testing._checks import check_broker_id, check_brokers, check_seconds, check_topic
 
 __all__ = [
@@ -104,42 +104,6 @@ _REQUEST_TAG = re.compile(r"[:,]request=([^,]+)")
 _KAFKA_JAR = re.compile(r"^kafka_\d+\.\d+-(\d+\.\d+\.\d+[^-]*)\.jar$")
 _BIND_ERRORS = ("BindException", "Address already in use")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-# Started beside every JVM, in its own session: when the Python process that started the broker
-# dies without cleaning up (SIGKILL, SIGTERM without a handler), the broker's whole process group is
-# killed. It watches the owner's pid through a pidfd, which becomes readable when that process
-# exits, whatever else holds a copy of the owner's files: a pipe alone never closed while a child
-# the owner had forked was alive. Without pidfd_open (Linux < 5.3), the pipe on its stdin is the
-# signal, and _close_pipes_in_child keeps forked children from holding its write end.
-_WATCHDOG = (
-    "import os, select, signal, sys\n"
-    "group, owner = int(sys.argv[1]), int(sys.argv[2])\n"
-    "poller = select.poll()\n"
-    "poller.register(0, select.POLLIN)\n"
-    "try:\n"
-    "    poller.register(os.pidfd_open(owner), select.POLLIN)\n"
-    "except (AttributeError, OSError):\n"
-    "    pass\n"
-    "if os.getppid() == owner:\n"  # else the owner died before the pidfd was opened: kill now
-    "    poller.poll()\n"
-    "try:\n"
-    "    os.killpg(group, signal.SIGKILL)\n"
-    "except OSError:\n"
-    "    pass\n"
-)
-# The write ends of the live watchdogs' pipes, closed in every child os.fork() makes: a fork must
-# not keep its parent's brokers alive. (subprocess's pipes are close-on-exec already.)
-_WATCHDOG_PIPES: weakref.WeakSet[IO[bytes]] = weakref.WeakSet()
-
-
-def _close_pipes_in_child() -> None:
-    for pipe in list(_WATCHDOG_PIPES):
-        with contextlib.suppress(OSError):
-            pipe.close()
-    _WATCHDOG_PIPES.clear()
-
-
-os.register_at_fork(after_in_child=_close_pipes_in_child)
 
 _LOG4J2 = """\
 # Written by rebalancer.testing.KafkaCluster: the broker's WARN and ERROR lines, to one file.
@@ -270,7 +234,7 @@ class _Node:
     jolokia_port: int
     home: Path
     process: subprocess.Popen[bytes] | None = None
-    watchdog: subprocess.Popen[bytes] | None = None
+    watchdog: Watchdog | None = None  # SIGKILLs the JVM's group if this process dies without close()
     # Request counts of the JVMs this node ran before (set_down): JMX counters restart at 0.
     carried: Counter[str] = field(default_factory=Counter)
     stdout_start: int = 0  # where this JVM's output begins in stdout.log (earlier lives' comes before)
@@ -349,14 +313,8 @@ def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None
 
 def _stop_watchdog(node: _Node) -> None:
     watchdog, node.watchdog = node.watchdog, None
-    if watchdog is None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        watchdog.kill()
-    watchdog.wait()
-    if watchdog.stdin is not None:
-        with contextlib.suppress(OSError):
-            watchdog.stdin.close()
+    if watchdog is not None:
+        watchdog.stop()
 
 
 def _stop_nodes(nodes: Sequence[_Node], grace_s: float) -> None:
@@ -574,13 +532,7 @@ class KafkaCluster:
                 cwd=node.home, start_new_session=True,
             )  # fmt: skip
         self._state.started_pids.append(node.process.pid)
-        node.watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(node.process.pid), str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        assert node.watchdog.stdin is not None
-        _WATCHDOG_PIPES.add(node.watchdog.stdin)
+        node.watchdog = Watchdog(kill_groups=[node.process.pid])
         self._state.started_pids.append(node.watchdog.pid)
         log.debug("Kafka broker %d: pid %d, port %d", node.broker_id, node.process.pid, node.port)
 

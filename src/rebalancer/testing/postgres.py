@@ -9,7 +9,11 @@ kept in `DIR/sink-url` (mode 0600), never printed.
     rebalancer pipeline postgres stop --dir /tmp/rebalancer-pg
 
 A test peer, as `MockKafkaCluster` is (it was `rebalancer.pipeline.sinks.local.LocalPostgres`, which
-still imports).
+still imports). A server started by `start()` lives as long as the process that started it: if that
+process dies without `stop()` (SIGKILL, even while a child it forked lives on), a watchdog stops the
+server (`pg_ctl stop -m immediate`) and removes what `start()` created; so does dropping the last
+reference to a started `LocalPostgres`. `start(detach=True)` (the CLI's `postgres start`) leaves the
+server running until `stop()`.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from types import TracebackType
 from urllib.parse import quote
 
 from rebalancer._numbers import parse_int
+from rebalancer._watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
 SERVER_USER = "postgres"
 URL_FILE = "sink-url"
+SERVER_LOG = "server.log"
+_INITDB_PASSWORD_FILE = ".initdb-pw"
 # Durability is pointless for a throw-away test server; the benchmark keeps the defaults.
 FAST_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
 
@@ -92,6 +99,7 @@ class LocalPostgres:
         self.fast = fast
         self._password = secrets.token_urlsafe(18)
         self._as_server: list[str] = []
+        self._watchdog: Watchdog | None = None
         if os.geteuid() == 0:
             try:
                 pwd.getpwnam(SERVER_USER)
@@ -99,7 +107,7 @@ class LocalPostgres:
                 raise ValueError(
                     f"running as root needs a '{SERVER_USER}' user to run PostgreSQL as"
                 ) from exc
-            self._as_server = ["runuser", "-u", SERVER_USER, "--"]
+            self._as_server = [shutil.which("runuser") or "runuser", "-u", SERVER_USER, "--"]
         self.bindir = server_bindir()
 
     @property
@@ -132,10 +140,15 @@ class LocalPostgres:
             entry = pwd.getpwnam(SERVER_USER)
             os.chown(path, entry.pw_uid, entry.pw_gid)
 
-    def start(self) -> str:
-        """Create the cluster and database if needed, start the server, and return `url`."""
+    def start(self, *, detach: bool = False) -> str:
+        """Create the cluster and database if needed, start the server, and return `url`.
+
+        The server stops if this process dies without `stop()`, unless `detach` (then only `stop()`,
+        from any process, stops it). A start that fails stops what it started.
+        """
         if (self.data_dir / "postmaster.pid").exists():
             raise ValueError(f"a PostgreSQL server is already running in {self.directory}; stop it first")
+        created = self._paths_start_creates()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o700)
         self._hand_over(self.directory)
@@ -146,42 +159,68 @@ class LocalPostgres:
             raise ValueError(
                 f"{self.directory} must be reachable by the '{SERVER_USER}' user: its parent directories need o+x"
             )
-        if not (self.data_dir / "PG_VERSION").exists():
-            pwfile = self.directory / ".initdb-pw"
-            pwfile.write_text(self._password + "\n")
-            pwfile.chmod(0o600)
-            self._hand_over(pwfile)
-            try:
-                self._run(
-                    str(self.bindir / "initdb"),
-                    "-D",
-                    str(self.data_dir),
-                    "-U",
-                    self.user,
-                    "--pwfile",
-                    str(pwfile),
-                    "-A",
-                    "scram-sha-256",
-                    "-E",
-                    "UTF8",
-                    "--locale",
-                    "C",
-                    "--no-sync",
-                )
-            finally:
-                pwfile.unlink(missing_ok=True)
+        if self._watchdog is not None:  # a server that ended on its own: its watchdog must not stop this one
+            self._watchdog.stop()
+            self._watchdog = None
+        if not detach:  # before initdb and pg_ctl: a death while they run is cleaned up too
+            self._watchdog = Watchdog(commands=[[*self._as_server, *self._pg_ctl_stop("immediate")]], remove=created)
+        try:
+            self._init_cluster()
+            self._start_server()
             self._write_url()
-        else:
-            self._read_password()
-        self._start_server()
-        self._write_url()
-        self._create_database()
+            self._create_database()
+        except BaseException:
+            try:
+                self.stop()
+            except RuntimeError as exc:  # the start's own error is the one to raise
+                log.warning("PostgreSQL in %s: stopping after a failed start failed too: %s", self.directory, exc)
+            raise
         log.info("PostgreSQL started: %s", self.display_url)
         return self.url
 
+    def _paths_start_creates(self) -> list[Path]:
+        """What start() is about to create, for the watchdog to remove: the directory if it is new, else
+        the cluster and the files start() writes if they are new; nothing of a cluster that exists."""
+        if not self.directory.exists():
+            return [self.directory]
+        if self.data_dir.exists():
+            return []
+        written = (self.data_dir, self.directory / URL_FILE, self.directory / SERVER_LOG)
+        return [path for path in (*written, self.directory / _INITDB_PASSWORD_FILE) if not path.exists()]
+
+    def _init_cluster(self) -> None:
+        """initdb, if the directory holds no cluster yet; else the existing cluster's password."""
+        if (self.data_dir / "PG_VERSION").exists():
+            self._read_password()
+            return
+        pwfile = self.directory / _INITDB_PASSWORD_FILE
+        pwfile.write_text(self._password + "\n")
+        pwfile.chmod(0o600)
+        self._hand_over(pwfile)
+        try:
+            self._run(
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                self.user,
+                "--pwfile",
+                str(pwfile),
+                "-A",
+                "scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale",
+                "C",
+                "--no-sync",
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        self._write_url()
+
     def _start_server(self) -> None:
         """pg_ctl start; a port chosen here and taken before the server bound it is retried once on a new one."""
-        server_log = self.directory / "server.log"
+        server_log = self.directory / SERVER_LOG
         for attempt in (1, 2):
             log_start = server_log.stat().st_size if server_log.exists() else 0
             options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
@@ -224,10 +263,19 @@ class LocalPostgres:
 
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
 
+    def _pg_ctl_stop(self, mode: str) -> list[str]:
+        return [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-m", mode, "stop"]
+
     def stop(self) -> None:
-        if (self.data_dir / "postmaster.pid").exists():
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-m", "fast", "stop")
-            log.info("PostgreSQL stopped: %s", self.display_url)
+        """Stop the server (a fast shutdown: sessions are ended) and its watchdog; the files stay."""
+        try:
+            if (self.data_dir / "postmaster.pid").exists():
+                self._run(*self._pg_ctl_stop("fast"))
+                log.info("PostgreSQL stopped: %s", self.display_url)
+        finally:
+            watchdog, self._watchdog = self._watchdog, None
+            if watchdog is not None:
+                watchdog.stop()
 
     def __enter__(self) -> LocalPostgres:
         self.start()

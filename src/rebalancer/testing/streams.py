@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rebalancer._watchdog import Watchdog
+
 if TYPE_CHECKING:
     from rebalancer.testing.kafka_cluster import KafkaCluster
 
@@ -33,7 +35,10 @@ BATCH_LINE = re.compile(r"^batch (\d+): ([\d,]+) rows")
 
 class StreamRun:
     """`command` in its own process group (so a signal reaches Spark's JVM too), its stdout read
-    line by line on a thread. `rows` and `batches` add up the progress lines seen so far."""
+    line by line on a thread. `rows` and `batches` add up the progress lines seen so far.
+
+    If this process dies before the run has ended, a watchdog kills the run's group: a stream reads
+    no stdin and runs until stopped, and a child this process had forked kept its stdout pipe open."""
 
     def __init__(self, command: Sequence[str], cwd: str | Path) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -41,6 +46,7 @@ class StreamRun:
             list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
             start_new_session=True,
         )  # fmt: skip
+        self._watchdog = Watchdog(kill_groups=[self.process.pid])
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.rows = 0
@@ -65,6 +71,7 @@ class StreamRun:
                 raise RuntimeError(f"the stream applied {self.rows} of {rows} rows in {deadline_s:g} s:\n{self.text()}") from None
             if line is None:
                 self.process.wait()
+                self._watchdog.stop()
                 stderr = self.process.stderr.read() if self.process.stderr else ""
                 raise RuntimeError(
                     f"the stream exited ({self.process.returncode}) at {self.rows} of {rows} rows:\n"
@@ -80,6 +87,7 @@ class StreamRun:
         """Ctrl-C, as a person stops a stream: its exit code and its stderr."""
         os.killpg(self.process.pid, signal.SIGINT)
         code = self.process.wait(timeout=timeout_s)
+        self._watchdog.stop()
         return code, self.process.stderr.read() if self.process.stderr else ""
 
     def kill(self) -> None:
@@ -87,6 +95,7 @@ class StreamRun:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self._watchdog.stop()
 
     def text(self) -> str:
         """Everything the run printed on stdout, once it has ended (the reader's last lines too)."""

@@ -8,9 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rebalancer._json import DuplicateKeyError, loads_unique
-from rebalancer._numbers import parse_int
+from rebalancer._kafka_names import check_topic_name
+from rebalancer._numbers import parse_int, shown
+from rebalancer._secrets import masked_pairs
 
 librdkafka_log = logging.getLogger("rebalancer.kafka.librdkafka")
+
+
+def shown_topic(name: str) -> str:
+    """A topic as an error quotes it: a bounded repr, any secret `key=value` pair in it as *** (a
+    topic holds no '=': one there is an option whose '?' was forgotten or mistyped)."""
+    return shown(masked_pairs(name))
 
 
 class LibrdkafkaLog:
@@ -180,7 +188,8 @@ def parse_options(options: Mapping[str, str], streaming: bool | None = False) ->
     if not topic:
         raise ValueError("option topic is required")
     if "," in topic:
-        raise ValueError(f"option topic names one topic, got {topic!r}")
+        raise ValueError(f"option topic names one topic, got {shown_topic(topic)}")
+    check_topic_name(topic, field="option topic", show=shown_topic)  # here, not at the broker
     if streaming is True and "endingOffsets" in given:
         raise ValueError("option endingOffsets is for batch reads; a stream reads on as data arrives")
     if streaming is False and "maxOffsetsPerTrigger" in given:

@@ -38,6 +38,7 @@ from rebalancer.pipeline.kafka._options import (
     KafkaOptions,
     LibrdkafkaLog,
     parse_options,
+    shown_topic,
 )
 from rebalancer.pipeline.kafka._plan import DataLossError, KafkaTask, OffsetRange, plan_input_tasks
 from rebalancer.pipeline.kafka._read import read_task, spark_schema
@@ -83,5 +84,6 @@ __all__ = [
     "plan_input_tasks",
     "read_task",
     "register_kafka_source",
+    "shown_topic",
     "spark_schema",
 ]

@@ -34,7 +34,7 @@ def cmd_postgres(args: argparse.Namespace) -> int:
         server.stop()
         print(f"stopped the PostgreSQL server in {server.directory}")
         return 0
-    server.start()
+    server.start(detach=True)  # the server outlives this command, until `postgres stop`
     print(f"PostgreSQL listening on 127.0.0.1:{server.port} as {server.display_url}")
     print(f'its --sink URL (password included) is in {server.directory / URL_FILE}: --sink "$(cat {server.directory / URL_FILE})"')
     return 0
