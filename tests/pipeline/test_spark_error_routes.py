@@ -60,9 +60,9 @@ def test_a_sink_task_failure_is_the_cause_with_all_its_lines_and_the_password_ma
     from rebalancer.pipeline.sinks.postgres import _python_error, _redacted_text
 
     reason = _python_error(Exception(SINK_FAILURE))
-    assert reason == (
+    assert reason == (  # the password is masked where the reason is made (issue 42's secrets)
         'psycopg.errors.UniqueViolation: duplicate key value violates unique constraint "t_pkey" '
-        "(from postgresql://u:S3CRET@h/db) DETAIL:  Key (k1, k2)=(3, 10) already exists."
+        "(from postgresql://u:***@h/db) DETAIL:  Key (k1, k2)=(3, 10) already exists."
     )
     shown = _redacted_text(reason, {})  # what the sink does with it, before cutting it to length
     assert "S3CRET" not in shown and "postgresql://u:***@h/db" in shown
