@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 from rebalancer import __version__
 from rebalancer.pipeline._output_fs import INFO, MANIFEST, RunFS, aside_name, at, location_key, staging_name
 from rebalancer.pipeline.output_mode import (
-    GROUP_LOCK,
     SPARK_LOG,
     DirState,
     Leftover,
@@ -255,10 +254,7 @@ class Outputs:
         now = inspect_dir(state.dir, self.spark)
         assert now is not None  # the run reached it to stage there
         refuse_busy(now)  # two runs started at once, neither seeing the other: the second to publish yields
-        # A group run's claim on the staging directory stays there: the output has its own (held now).
-        swap.entries = [
-            n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST, GROUP_LOCK)
-        ]
+        swap.entries = [n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST)]
         clashes = sorted(set(swap.entries) & now.foreign)
         if clashes:
             raise collision(now, clashes)

@@ -243,7 +243,8 @@ def _commit_group(group_read: GroupRead) -> None:
         ) from None
 
 
-@one_group_run_per_output(lambda arguments: (arguments["spec"], arguments["out"]))  # planning to commit
+# The claim is the output's (output_name, when `out` is a staging directory): planning to commit.
+@one_group_run_per_output(lambda arguments: (arguments["spec"], arguments.get("output_name") or arguments["out"]))
 def run_batch(
     spark: SparkSession,
     spec: InputSpec | Input,
