@@ -308,3 +308,34 @@ def test_reasons_and_code_names_unit():
 
     named = _func.renamed(generator, "users_function")
     assert named.__code__.co_name == "users_function" and list(named(iter([1, 2]))) == [1, 2]
+
+
+WRONG_ARGUMENTS = """
+from rebalancer.pipeline import Pipeline
+pipeline = Pipeline()
+
+@pipeline.handler("*", schema="type string, n long")
+def three(key, frame, extra):
+    return frame
+"""
+
+
+def test_a_handlers_file_with_a_handler_of_the_wrong_arguments_is_one_line_and_exit_2(tmp_path):
+    """The CLI, as a user runs it: refused while the handlers file loads, before Spark starts."""
+    import subprocess
+
+    handlers = tmp_path / "handlers.py"
+    handlers.write_text(WRONG_ARGUMENTS)
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "rebalancer.cli"]
+    done = subprocess.run(
+        [*cli, "pipeline", "run", "--input", str(tmp_path), "--output", str(out), "--handlers", str(handlers)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"rebalancer: error: handlers: {handlers}: handler three(key, frame, extra): [INVALID_PANDAS_UDF] "
+        "Invalid function: pandas_udfs with function type GROUPED_MAP or the function in groupby.applyInPandas "
+        "must take either one argument (data) or two arguments (key, data).\n"
+    )
+    assert not out.exists()
