@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from rebalancer.balance.checks import is_real
 from rebalancer.shedding import BrokerLoad, ClusterLoad, ShedderConfig, model
-from rebalancer.shedding.model import PROPERTY_NAMES, is_real
+from rebalancer.shedding.model import PROPERTY_NAMES
 from rebalancer.shedding.reports import Snapshot, load_report, replay
 from rebalancer.shedding.sim import (
     BrokerSpec,

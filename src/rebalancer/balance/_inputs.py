@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rebalancer.balance._checks import (
+from rebalancer.balance.checks import (
     EXACT_IN_FLOAT,
     ArrayLike,
-    _is_int,
     check_owners,
     check_values,
     check_workers,
+    is_int,
 )
 from rebalancer.balance.plan import Plan
 
@@ -54,7 +54,7 @@ def check_skip_ratio(skip_ratio: float) -> float:
 def check_max_moves(max_moves: int | None) -> int | None:
     if max_moves is None:
         return None
-    if not _is_int(max_moves):
+    if not is_int(max_moves):
         raise ValueError(f"max_moves must be an int or None, got {max_moves!r}")
     if max_moves < 0:
         raise ValueError(f"max_moves must be >= 0, got {max_moves}")

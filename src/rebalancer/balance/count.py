@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rebalancer.balance._checks import _is_int, as_1d, check_values, describe, is_real, is_sequence
+from rebalancer.balance.checks import as_1d, check_values, describe, is_int, is_real, is_sequence
 
 FlowId = Hashable
 
@@ -62,7 +62,7 @@ def count_targets(counts: Sequence[int], partition_count: int) -> list[int]:
     choice minimises `Σ max(0, count − target)` because any swap of a ceil and a floor target between a
     larger and a smaller holder can only raise the excess.
     """
-    if not _is_int(partition_count):
+    if not is_int(partition_count):
         raise ValueError(f"partition_count must be an int, got {partition_count!r}")
     if partition_count < 0:
         raise ValueError(f"partition_count must be >= 0, got {partition_count}")
@@ -153,7 +153,7 @@ def _owner_items(
 ) -> list[tuple[int, FlowId | None]]:
     if isinstance(owner_by_partition, Mapping):
         for p in owner_by_partition:  # checked before sorting: mixed key types would raise TypeError
-            if not _is_int(p) or p < 0:
+            if not is_int(p) or p < 0:
                 raise ValueError(f"owner_by_partition keys must be partitions (ints >= 0), got {p!r}")
         items = sorted(((int(p), o) for p, o in owner_by_partition.items()), key=lambda kv: kv[0])
     elif is_sequence(owner_by_partition):

@@ -12,7 +12,7 @@ import statistics
 
 import numpy as np
 
-from rebalancer.balance._checks import (
+from rebalancer.balance.checks import (
     ArrayLike,
     check_capacity,
     check_fixed_load,
@@ -91,21 +91,34 @@ def lower_bound(
     values = check_values("throughput", throughput)
     speed = check_capacity(capacity, workers) if capacity is not None else None
     fixed = check_fixed_load(fixed_load, workers) if fixed_load is not None else None
+    return lower_bound_of(values, workers, speed, fixed)
+
+
+def lower_bound_of(
+    t: np.ndarray,
+    workers: int,
+    speed: np.ndarray | None = None,
+    fixed: np.ndarray | None = None,
+    *,
+    whole: bool = False,
+) -> int | float:
+    """`lower_bound` on arrays already checked: the one place the bound is computed (the planners'
+    hot path calls it directly).
+
+    Equal workers without fixed load: `max(largest, total / workers)`, exact for integer loads; with
+    `whole`, integer loads round it up, since a max load of integer counts is an integer too. Else
+    the fluid split of all load, the largest partition on the worker where it ends soonest, and the
+    fixed load alone, as finish times.
+    """
     if speed is None and fixed is None:
-        if values.size == 0:
+        if t.size == 0:
             return 0.0
-        largest, total = max(values.tolist()), sum(values.tolist())
+        largest, total = t.max().item(), t.sum().item()  # Python numbers: int64 sums are exact
+        if whole and t.dtype.kind == "i":
+            return max(largest, -(-total // workers))
         return max(largest, total / workers)
-    return makespan_bound(
-        values,
-        speed if speed is not None else np.ones(workers),
-        fixed if fixed is not None else np.zeros(workers),
-    )
-
-
-def makespan_bound(t: np.ndarray, speed: np.ndarray, fixed: np.ndarray) -> float:
-    """`lower_bound` on arrays already checked (the planners' hot path): the fluid split of all load,
-    the largest partition on the worker where it ends soonest, and the fixed load alone."""
+    speed = np.ones(workers) if speed is None else speed
+    fixed = np.zeros(workers) if fixed is None else fixed
     total = float(t.sum()) + float(fixed.sum())
     bound = max(total / float(speed.sum()), float((fixed / speed).max()))
     if t.size:

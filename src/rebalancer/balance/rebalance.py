@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rebalancer.balance._checks import check_capacity, check_fixed_load
 from rebalancer.balance._inputs import (
     ArrayLike,
     Inputs,
@@ -18,10 +17,11 @@ from rebalancer.balance._inputs import (
     skip_reason,
     worker_loads,
 )
+from rebalancer.balance.checks import check_capacity, check_fixed_load
 from rebalancer.balance.lpt import lpt_owner
-from rebalancer.balance.metrics import makespan_bound
+from rebalancer.balance.metrics import lower_bound_of
 from rebalancer.balance.plan import Plan
-from rebalancer.balance.refine import Assignment, best_target, match_labels, multifit, send_home
+from rebalancer.balance.refine import Assignment, match_labels, multifit, send_home
 from rebalancer.balance.uniform import place_unowned_by_finish, uniform_candidates
 
 # Local-search steps allowed per worker. Enough to fix a skewed assignment of any size (each
@@ -78,8 +78,7 @@ def _multifit_start(inputs: Inputs, best_top: int | float) -> Start | None:
     if t.size * m > _MULTIFIT_MAX_WORK:
         return None
     order = descending(t, np.flatnonzero(t > 0))
-    bound = max(float(t.max()), float(t.sum()) / m)
-    packed = multifit(t[order].tolist(), m, bound, float(best_top))
+    packed = multifit(t[order].tolist(), m, lower_bound_of(t, m), float(best_top))
     if packed is None:
         return None
     owner = lpt_owner(inputs)
@@ -154,7 +153,7 @@ def plan_rebalance(
     if reason is not None:
         return make_plan(inputs, keep, load_before, reason)
     keep_top = worker_loads(t, keep, m).max().item()
-    bound = best_target(t, m)
+    bound = lower_bound_of(t, m, whole=True)  # a max load this low cannot be beaten
     slack = QUALITY_TOLERANCE * bound
     if keep_top <= bound + slack:
         return make_plan(
@@ -226,7 +225,7 @@ def _plan_uniform(
     if reason is not None:
         return make_plan(inputs, keep, load_before, reason)
     keep_top = max(load / s for load, s in zip(loads, speeds, strict=True))
-    bound = makespan_bound(t, speed, fixed)
+    bound = lower_bound_of(t, m, speed, fixed)
     slack = QUALITY_TOLERANCE * bound
     target = bound + slack
     if keep_top <= target:

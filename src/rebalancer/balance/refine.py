@@ -339,13 +339,6 @@ def multifit(values: list, workers: int, low: float, high: float, rounds: int = 
     return best
 
 
-def best_target(t: np.ndarray, workers: int) -> int | float:
-    """The lower bound, rounded up for integer counts: a max load this low cannot be beaten."""
-    if t.dtype.kind == "i":
-        return max(int(t.max(initial=0)), -(-int(t.sum()) // workers))
-    return max(float(t.max(initial=0)), float(t.sum()) / workers)
-
-
 def match_labels(overlap: np.ndarray) -> np.ndarray:
     """The permutation `sigma` (group g -> worker sigma[g]) maximising `sum(overlap[g, sigma[g]])`.
 

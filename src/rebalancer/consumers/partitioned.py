@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rebalancer.balance._checks import as_1d, describe, is_real, is_sequence
+from rebalancer.balance.checks import as_1d, describe, is_real, is_sequence
 from rebalancer.balance.count import Move, plan_count_balance
 from rebalancer.consumers.events import (
     AccessTypeChanged,

@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 
 from rebalancer.balance import plan_rebalance
-from rebalancer.balance._checks import _is_int, describe, is_real
+from rebalancer.balance.checks import describe, is_int, is_real
 from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
 
@@ -51,7 +51,7 @@ def _beyond_rounding(have: float, take: float) -> bool:
 
 def _count(name: str, value: int, minimum: int) -> int:
     """An int (numpy's too, not a bool) >= `minimum`: a float count such as NaN passes `value < 1`."""
-    if not _is_int(value) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {describe(value)}")
     return int(value)
 
@@ -92,7 +92,7 @@ class BalancedShedder(LoadSheddingStrategy, PlanBoundPlacement):
         in_flight_timeout_cycles: int = 5,
         resolution: float = 2.0,
     ) -> None:
-        if seed is not None and not _is_int(seed):
+        if seed is not None and not is_int(seed):
             raise ValueError(f"seed must be an int or None, got {describe(seed)}")
         PlanBoundPlacement.__init__(self, None if seed is None else int(seed))
         self.low_hits = _count("low_hits", low_hits, 1)

@@ -17,26 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from rebalancer.balance.checks import is_int, is_real
+
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 
 _USAGE_FIELDS = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out")
 _BROKER_RATE_FIELDS = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")
-
-
-def is_real(value: object) -> bool:
-    """A finite int or float that is not a bool (True is not a CPU percentage).
-
-    An int too large for a float (``10**400``) is not finite either: ``math.isfinite`` would raise
-    OverflowError on it, which is not the ValueError callers promise.
-    """
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _check_rate(owner: str, name: str, value: float) -> None:
@@ -276,7 +264,7 @@ class ShedderConfig:
                 if not isinstance(value, kind):
                     raise ValueError(f"{f.name} must be a {kind.__name__}, got {value!r}")
                 continue
-            if not is_real(value) or (f.type == "int" and not isinstance(value, int)):
+            if not is_real(value) or (f.type == "int" and not is_int(value)):
                 what = "an int" if f.type == "int" else "a finite number"
                 raise ValueError(f"{f.name} must be {what}, got {value!r}")
         nonneg = [f.name for f in fields(self) if f.type not in ("bool", "str")]
@@ -582,7 +570,7 @@ def _parse_integer(key: str, raw: object, java_type: str) -> int:
             raise ValueError(
                 f"{key} must be an integer within Java's {java_type} range {low}..{high}, got {raw!r}"
             ) from None
-    if not isinstance(raw, int) or isinstance(raw, bool):
+    if not is_int(raw):
         raise ValueError(f"{key} must be an integer, got {raw!r}")
     if not low <= raw <= high:
         raise ValueError(

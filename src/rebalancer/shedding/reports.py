@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rebalancer._json import DuplicateKeyError, loads_unique
+from rebalancer.balance.checks import is_real
 from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
-from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig, is_real
+from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig
 from rebalancer.shedding.pulsar import LeastLongTermMessageRate
 from rebalancer.shedding.sim import Combination, Judge, Scenario, SimConfig, SimResult, Simulator
 

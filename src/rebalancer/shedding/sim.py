@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rebalancer.balance.checks import is_int, is_real
 from rebalancer.balance.metrics import spread
 from rebalancer.shedding.balanced import BalancedShedder
 from rebalancer.shedding.base import LoadSheddingStrategy, PlacementStrategy
-from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig, is_real
+from rebalancer.shedding.model import BrokerLoad, BundleLoad, ClusterLoad, ShedderConfig
 from rebalancer.shedding.pulsar import (
     AvgShedder,
     LeastLongTermMessageRate,
@@ -60,9 +61,7 @@ class BrokerSpec:
                 )
         for name in ("join_at", "leave_at"):
             value = getattr(self, name)
-            if not (value is None and name == "leave_at") and (
-                not isinstance(value, int) or isinstance(value, bool)
-            ):
+            if not (value is None and name == "leave_at") and not is_int(value):
                 raise ValueError(f"broker {self.name!r}: {name} must be a minute (int), got {value!r}")
         if self.capacity <= 0:
             raise ValueError(f"broker {self.name!r}: capacity must be > 0, got {self.capacity}")
@@ -106,7 +105,7 @@ class BundleSpec:
                 )
         for name in ("period", "duration", "phase"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not is_int(value):
                 raise ValueError(f"bundle {self.name!r}: {name} must be minutes (int), got {value!r}")
         if self.message_bytes < 0:
             raise ValueError(f"bundle {self.name!r}: message_bytes must be >= 0, got {self.message_bytes}")
@@ -148,7 +147,7 @@ class Scenario:
                 f"{where}: converge_target must be a finite number > 0, got {self.converge_target!r}"
             )
         for name in ("minutes", "converge_from"):
-            if not _is_int(getattr(self, name)):
+            if not is_int(getattr(self, name)):
                 raise ValueError(f"{where}: {name} must be an int, got {getattr(self, name)!r}")
         if self.minutes < 2:
             raise ValueError(f"{where}: minutes must be >= 2, got {self.minutes}")
@@ -180,10 +179,6 @@ class Scenario:
                     raise ValueError(f"{where}: initial placement names unknown broker {broker!r}")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class SimConfig:
     """How the leader works: report delay and shedding interval in minutes, and metric windows."""
@@ -197,7 +192,7 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         for name in ("report_delay", "interval", "oscillation_window", "converge_cycles"):
-            if not _is_int(getattr(self, name)):  # a NaN passed every `< 1` check
+            if not is_int(getattr(self, name)):  # a NaN passed every `< 1` check
                 raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
         for name in ("interval", "oscillation_window", "converge_cycles"):
             if getattr(self, name) < 1:

@@ -1,4 +1,8 @@
-"""Validation shared by the planners and the metrics (imports nothing else of ours)."""
+"""Validation shared by the planners, the metrics and the packages that use `balance` (shedding,
+consumers): what a real number and an int are, and the array checks every planner input passes.
+
+Imports nothing else of ours, so any package may use it.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +24,17 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
 _REPR.maxstring = _REPR.maxother = 60
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An int (numpy's too), not a bool: True is not a count."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def is_real(value: object) -> bool:
-    """A finite int or float (numpy's too), not a bool; an int too large for a float is not finite."""
+    """A finite int or float (numpy's too), not a bool (True is not a CPU percentage).
+
+    An int too large for a float (``10**400``) is not finite either: ``math.isfinite`` would raise
+    OverflowError on it, which is not the ValueError callers promise.
+    """
     if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool | np.bool_):
         return False
     try:
@@ -78,7 +87,7 @@ def as_1d(name: str, values: object, element: str = "a number") -> np.ndarray:
 def _first_non_number(name: str, t: np.ndarray, element: str) -> None:
     """In an object array, the first element that is not an int or a float, by index and value."""
     for i, v in enumerate(t.tolist()):
-        if not (_is_int(v) or isinstance(v, float)):
+        if not (is_int(v) or isinstance(v, float)):
             raise ValueError(f"{name}[{i}] must be {element}, got {v!r}")
 
 
@@ -98,7 +107,7 @@ def check_values(name: str, values: ArrayLike) -> np.ndarray:
     if kind == "O":
         _first_non_number(name, t, "a number")
         for i, v in enumerate(t.tolist()):
-            if _is_int(v) and not -INT64_MAX - 1 <= v <= INT64_MAX:
+            if is_int(v) and not -INT64_MAX - 1 <= v <= INT64_MAX:
                 raise ValueError(f"{name}[{i}] must fit in int64, got {v}")
         raise ValueError(f"{name} must hold real numbers, got dtype {t.dtype}")
     if kind == "u":
@@ -158,7 +167,7 @@ def check_owners(name: str, values: ArrayLike, workers: int) -> np.ndarray:
     if owner.dtype.kind == "O":
         _first_non_number(name, owner, "an int")
         for i, v in enumerate(owner.tolist()):
-            if not _is_int(v):
+            if not is_int(v):
                 raise ValueError(f"{name}[{i}] must be an int, got {v!r}")
             if not -1 <= v < workers:
                 raise ValueError(f"{name}[{i}] must be in [-1, {workers}), got {v}")
@@ -172,7 +181,7 @@ def check_owners(name: str, values: ArrayLike, workers: int) -> np.ndarray:
 
 
 def check_workers(workers: int) -> int:
-    if not _is_int(workers):
+    if not is_int(workers):
         raise ValueError(f"workers must be an int, got {workers!r}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
