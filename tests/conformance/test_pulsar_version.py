@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from rebalancer.shedding import model, pulsar, transfer
+from rebalancer.shedding import model, pulsar
 from rebalancer.shedding.conformance import HARNESS_DIR, PULSAR_VERSION, REPO
+from rebalancer.shedding.pulsar import transfer_shedder as transfer
 
 
 def test_the_pinned_version_is_the_one_cited():

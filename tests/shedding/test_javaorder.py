@@ -1,4 +1,4 @@
-"""rebalancer.shedding.javaorder against what OpenJDK 17 prints for the same keys.
+"""rebalancer.shedding.java against what OpenJDK 17 prints for the same keys.
 
 The expected orders were printed by java.util.HashMap and ConcurrentHashMap filled in the order given
 (and by a HashMap copied from the ConcurrentHashMap, as Pulsar's getBundleDataForLoadShedding copies
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from rebalancer.shedding.javaorder import concurrent_hash_map_order, hash_map_order, string_hash
+from rebalancer.shedding.java import concurrent_hash_map_order, hash_map_order, string_hash
 
 
 @pytest.mark.parametrize(

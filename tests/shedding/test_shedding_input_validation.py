@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.balance.checks import is_real
-from rebalancer.shedding import BrokerLoad, ClusterLoad, ShedderConfig, model
+from rebalancer.shedding import BrokerLoad, ClusterLoad, ShedderConfig, java, model
 from rebalancer.shedding.model import PROPERTY_NAMES
 from rebalancer.shedding.reports import Snapshot, load_report, replay
 from rebalancer.shedding.sim import (
@@ -180,9 +180,9 @@ def test_int_and_long_properties_follow_javas_parse_int(text):
         expected = model_parse_int(text, bits)
         if expected is None:
             with pytest.raises(ValueError):
-                model.parse_java_int(text, bits)
+                java.parse_java_int(text, bits)
         else:
-            assert model.parse_java_int(text, bits) == expected
+            assert java.parse_java_int(text, bits) == expected
 
 
 @SETTINGS
@@ -207,11 +207,11 @@ def test_double_properties_follow_javas_double_value_of(text):
     expected = model_parse_double(text)
     if expected is None:
         with pytest.raises(ValueError):
-            model.parse_java_double(text)
+            java.parse_java_double(text)
     elif math.isnan(expected):
-        assert math.isnan(model.parse_java_double(text))
+        assert math.isnan(java.parse_java_double(text))
     else:
-        assert model.parse_java_double(text) == expected
+        assert java.parse_java_double(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -219,13 +219,13 @@ def test_double_properties_follow_javas_double_value_of(text):
     [("true", True), (" TRUE\t", True), ("False", False), ("false", False)],
 )
 def test_boolean_properties_read_true_and_false_in_any_case(text, value):
-    assert model.parse_java_boolean(text) is value
+    assert java.parse_java_boolean(text) is value
 
 
 @pytest.mark.parametrize("text", ["yes", "1", "t", "", "tru e", "\u0442rue"])
 def test_boolean_properties_refuse_what_pulsar_would_silently_read_as_false(text):
     with pytest.raises(ValueError):
-        model.parse_java_boolean(text)
+        java.parse_java_boolean(text)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import reprlib
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import numpy as np
 
@@ -24,7 +25,7 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
 _REPR.maxstring = _REPR.maxother = 60
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int | np.integer]:
     """An int (numpy's too), not a bool: True is not a count."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 

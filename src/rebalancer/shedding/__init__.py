@@ -13,9 +13,9 @@ from rebalancer.shedding.pulsar import (
     LeastResourceUsageWithWeight,
     OverloadShedder,
     ThresholdShedder,
+    TransferShedder,
     UniformLoadShedder,
 )
-from rebalancer.shedding.transfer import TransferShedder
 
 __all__ = [
     "AvgShedder",

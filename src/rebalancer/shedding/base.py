@@ -97,8 +97,3 @@ class PlanBoundPlacement(PlacementStrategy):
 def sorted_candidates(candidates: Iterable[str], cluster: ClusterLoad) -> list[str]:
     """Validated candidates in a fixed order, so seeded random choices are reproducible."""
     return sorted(cluster.check_candidates(candidates))
-
-
-def descending(items: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Java's stable sort by descending value (ties keep report order)."""
-    return sorted(items, key=lambda item: -item[1])

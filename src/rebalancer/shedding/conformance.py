@@ -58,9 +58,9 @@ from rebalancer.shedding.pulsar import (
     LeastResourceUsageWithWeight,
     OverloadShedder,
     ThresholdShedder,
+    TransferShedder,
     UniformLoadShedder,
 )
-from rebalancer.shedding.transfer import TransferShedder
 
 PULSAR_VERSION = "4.2.4"  # conformance/pulsar/pom.xml pins the same pulsar-broker
 

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import logging
 import math
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from rebalancer._extras import require_extra
 from rebalancer.balance.checks import is_int, is_real
+from rebalancer.shedding.java import (
+    INTEGER_BITS,
+    JAVA_TRIM,
+    JavaRangeError,
+    java_blank,
+    parse_java_boolean,
+    parse_java_double,
+    parse_java_int,
+)
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +335,7 @@ class ShedderConfig:
         for key, raw in properties.items():
             if not isinstance(key, str):
                 raise ValueError(f"property names must be strings, got {key!r}")
-            if isinstance(raw, str) and _java_blank(raw):
+            if isinstance(raw, str) and java_blank(raw):
                 continue
             if key in IGNORED_PROPERTIES:
                 _parse(key, raw, PROPERTY_TYPES[key])
@@ -361,8 +369,6 @@ class ShedderConfig:
     @classmethod
     def from_broker_conf(cls, path: str | Path, **overrides: object) -> ShedderConfig:
         """Settings from a Pulsar broker.conf (Java properties syntax); see ``from_properties``."""
-        from rebalancer._extras import require_extra
-
         require_extra("ShedderConfig.from_broker_conf", "pulsar")
         import javaproperties
 
@@ -476,107 +482,26 @@ PROPERTY_TYPES: dict[str, str] = {
     "loadBalancerLoadPlacementStrategy": "String",
 }
 
-_INT_BITS = {"int": 32, "long": 64}
-
-# --- Java's parsers, as Pulsar's FieldParser applies them to a broker.conf value ---------------------
-#
-# FieldParser skips a blank value (commons-lang StringUtils.isBlank: every char Character.isWhitespace),
-# trims the rest with String.trim (every char <= U+0020 at either end), then calls Integer.valueOf,
-# Long.valueOf, Double.valueOf or Boolean.valueOf.
-
-_JAVA_TRIM = "".join(chr(c) for c in range(0x21))
-# Character.isWhitespace: the Unicode space separators except the no-break ones, plus these controls.
-_JAVA_WHITESPACE_CONTROLS = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
-_NO_BREAK_SPACES = frozenset("\xa0\u2007\u202f")
-# Integer.parseInt: an optional sign, then chars Character.digit reads in radix 10 (any Unicode Nd
-# digit; `\d` below, checked to be one UTF-16 unit, as Java sees a supplementary char as surrogates).
-_INTEGER = re.compile(r"[+-]?(\d+)")
-# Double.valueOf (FloatingDecimal): ASCII digits only, no `_`; NaN and Infinity are case-sensitive and
-# take no suffix; a hex float needs its binary exponent; an optional d/D/f/F suffix ends a number.
-_DECIMAL = re.compile(
-    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)", re.ASCII
-)
-_HEX = re.compile(
-    r"([+-]?0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?", re.ASCII
-)
-
-
-def _java_blank(text: str) -> bool:
-    """StringUtils.isBlank over Character.isWhitespace: Pulsar treats such a value as not set."""
-    return all(
-        c in _JAVA_WHITESPACE_CONTROLS
-        or (unicodedata.category(c) in ("Zs", "Zl", "Zp") and c not in _NO_BREAK_SPACES)
-        for c in text
-    )
-
-
-def parse_java_int(text: str, bits: int = 32) -> int:
-    """``Integer.valueOf`` (bits=32) or ``Long.valueOf`` (bits=64) of a trimmed property value.
-
-    Accepts what Java accepts: an optional sign and decimal digits, including other scripts' digits
-    (Java's ``Character.digit`` reads them, for chars up to U+FFFF); no ``_``, no ``.``, nothing
-    out of the type's range. Raises ValueError otherwise.
-    """
-    body = text.strip(_JAVA_TRIM)
-    match = _INTEGER.fullmatch(body)
-    if match is None or any(ord(c) > 0xFFFF for c in match.group(1)):
-        raise ValueError(f"not a Java integer: {text!r}")
-    limit = 2 ** (bits - 1)
-    magnitude = 0
-    for c in match.group(1):  # by hand: int() has a 4300-digit cap, and Java has none for leading zeros
-        magnitude = magnitude * 10 + unicodedata.decimal(c)
-        if magnitude > limit:
-            raise ValueError(f"out of the {bits}-bit range: {text!r}")
-    value = -magnitude if body[0] == "-" else magnitude
-    if not -limit <= value < limit:
-        raise ValueError(f"out of the {bits}-bit range: {text!r}")
-    return value
-
-
-def parse_java_double(text: str) -> float:
-    """``Double.valueOf`` of a trimmed property value: NaN and infinities come back as floats."""
-    body = text.strip(_JAVA_TRIM)
-    if _DECIMAL.fullmatch(body):
-        return float(body.rstrip("fFdD"))  # the grammar matched is a subset of Python's
-    hex_match = _HEX.fullmatch(body)
-    if hex_match is None:
-        raise ValueError(f"not a Java double: {text!r}")
-    try:
-        return float.fromhex(hex_match.group(1))
-    except OverflowError:  # Java rounds a huge hex float to infinity
-        return -math.inf if body[0] == "-" else math.inf
-
-
-def parse_java_boolean(text: str) -> bool:
-    """``true`` or ``false`` in any case, trimmed. Java's ``Boolean.valueOf`` reads anything but
-    "true" as false; a typo such as ``yes`` would then silently disable a setting, so it is refused."""
-    body = text.strip(_JAVA_TRIM)
-    if body.isascii() and body.lower() in ("true", "false"):
-        return body.lower() == "true"
-    raise ValueError(f"not true or false: {text!r}")
-
-
 def _parse_integer(key: str, raw: object, java_type: str) -> int:
     """An int or long property: Java's grammar for strings, a Python int (not bool, not float) else."""
-    bits = _INT_BITS[java_type]
+    bits = INTEGER_BITS[java_type]
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     if isinstance(raw, str):
-        match = _INTEGER.fullmatch(raw.strip(_JAVA_TRIM))
-        if match is None or any(ord(c) > 0xFFFF for c in match.group(1)):
-            raise ValueError(f"{key} must be an integer, got {raw!r}")
         try:
             return parse_java_int(raw, bits)
-        except ValueError:  # the grammar matched: only the range is left
+        except JavaRangeError:
             raise ValueError(
                 f"{key} must be an integer within Java's {java_type} range {low}..{high}, got {raw!r}"
             ) from None
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {raw!r}") from None
     if not is_int(raw):
         raise ValueError(f"{key} must be an integer, got {raw!r}")
     if not low <= raw <= high:
         raise ValueError(
             f"{key} must be an integer within Java's {java_type} range {low}..{high}, got {raw!r}"
         )
-    return raw
+    return int(raw)
 
 
 def _parse(key: str, raw: object, java_type: str) -> object:
@@ -584,7 +509,7 @@ def _parse(key: str, raw: object, java_type: str) -> object:
     if java_type == "String":
         if not isinstance(raw, str):
             raise ValueError(f"{key} must be a class name, got {raw!r}")
-        return raw.strip(_JAVA_TRIM)
+        return raw.strip(JAVA_TRIM)
     if java_type == "boolean":
         if isinstance(raw, bool):
             return raw
@@ -594,7 +519,7 @@ def _parse(key: str, raw: object, java_type: str) -> object:
             except ValueError:
                 pass
         raise ValueError(f"{key} must be true or false, got {raw!r}")
-    if java_type in _INT_BITS:
+    if java_type in INTEGER_BITS:
         return _parse_integer(key, raw, java_type)
     if isinstance(raw, str):
         try:

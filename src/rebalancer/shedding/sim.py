@@ -31,9 +31,9 @@ from rebalancer.shedding.pulsar import (
     LeastResourceUsageWithWeight,
     OverloadShedder,
     ThresholdShedder,
+    TransferShedder,
     UniformLoadShedder,
 )
-from rebalancer.shedding.transfer import TransferShedder
 
 log = logging.getLogger(__name__)
 

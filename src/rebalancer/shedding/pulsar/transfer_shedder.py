@@ -23,92 +23,9 @@ from __future__ import annotations
 import math
 
 from rebalancer.shedding.base import LoadSheddingStrategy, PlanBoundPlacement
-from rebalancer.shedding.javaorder import concurrent_hash_map_order
-from rebalancer.shedding.model import BundleLoad, ClusterLoad, ShedderConfig
-
-_THROUGHPUT_RESOLUTION = 1e5  # NamespaceBundleStats compares throughputs to 100 kB/s
-_RATE_RESOLUTION = 100.0  # ... and message rates to 100 msg/s
-
-
-def jdiv(a: float, b: float) -> float:
-    """Java's double division: x/0 is an infinity and 0/0 is NaN."""
-    if b != 0:
-        return a / b
-    if a == 0 or math.isnan(a):
-        return math.nan
-    return math.copysign(math.inf, a) * math.copysign(1.0, b)
-
-
-def _jsqrt(x: float) -> float:
-    return math.sqrt(x) if x >= 0 else math.nan
-
-
-def _jmax(a: float, b: float) -> float:
-    """``Math.max``: NaN wins."""
-    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
-
-
-def java_round(x: float) -> int:
-    """``Math.round(double)``: the nearest long, halves up, NaN to 0."""
-    if math.isnan(x):
-        return 0
-    if x >= 2.0**63:
-        return 2**63 - 1
-    if x <= -(2.0**63):
-        return -(2**63)
-    floor = math.floor(x)
-    return floor + 1 if x - floor >= 0.5 else floor
-
-
-def _rank(load: BundleLoad) -> tuple[int, int, int]:
-    """What ``NamespaceBundleStats.compareTo`` compares (topics, connections and cache are 0 here)."""
-    return (
-        java_round(load.msg_throughput_in / _THROUGHPUT_RESOLUTION),
-        java_round(load.msg_throughput_out / _THROUGHPUT_RESOLUTION),
-        java_round((load.msg_rate_in + load.msg_rate_out) / _RATE_RESOLUTION),
-    )
-
-
-def _cmp(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
-    return (a > b) - (a < b)
-
-
-def top_bundles(stats: list[tuple[str, BundleLoad]], k: int) -> list[str]:
-    """``TopKBundles.update``: the ``k`` largest bundles with throughput, smallest of them first.
-
-    ``stats`` is the broker's bundle stats in the order its map iterates. The partial quicksort and the
-    stable sort of its front are Pulsar's, so equals come out in Pulsar's order.
-    """
-    arr = [(name, _rank(load)) for name, load in stats if load.msg_throughput_in + load.msg_throughput_out != 0]
-    if not arr:
-        return []
-    k = min(k, len(arr))
-    start, end, target = 0, len(arr) - 1, k - 1
-    while start < end:
-        lo, hi, mid = start, end, start
-        pivot = arr[hi][1]
-        while mid <= hi:
-            cmp = _cmp(pivot, arr[mid][1])
-            if cmp < 0:
-                arr[lo], arr[mid] = arr[mid], arr[lo]
-                lo += 1
-                mid += 1
-            elif cmp > 0:
-                arr[mid], arr[hi] = arr[hi], arr[mid]
-                hi -= 1
-            else:
-                mid += 1
-        if lo <= target < mid:
-            end = lo
-            break
-        if target < lo:
-            end = lo - 1
-        else:
-            start = mid
-    if end < 0:
-        raise ValueError("max_number_of_bundles_in_bundle_load_report must be >= 1")
-    arr[:end] = sorted(arr[:end], key=lambda item: tuple(-v for v in item[1]))
-    return [arr[i][0] for i in range(k - 1, -1, -1)]
+from rebalancer.shedding.java import concurrent_hash_map_order, jdiv, jmax, jsqrt
+from rebalancer.shedding.model import ClusterLoad, ShedderConfig
+from rebalancer.shedding.pulsar.top_k_bundles import top_bundles
 
 
 class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
@@ -175,7 +92,7 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
             load_sum += load
             sq_sum += load * load
         avg = load_sum / total
-        std = _jsqrt(sq_sum / total - avg * avg)
+        std = jsqrt(sq_sum / total - avg * avg)
         by_load = sorted(store, key=self.weighted_max_ema.__getitem__)
         max_index, min_index, shed_brokers = len(by_load) - 1, 0, 0
         target_std = conf.broker_load_target_std
@@ -254,7 +171,7 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
             if marked > 0:
                 adjusted = jdiv((marked - gained) * max_load, max_tp)
                 sq_sum -= max_load * max_load + min_load * min_load
-                max_after = _jmax(0.0, max_load - adjusted)
+                max_after = jmax(0.0, max_load - adjusted)
                 min_after = min_load + adjusted
                 sq_sum += max_after * max_after + min_after * min_after
                 std = math.sqrt(abs(sq_sum / total - avg * avg))
