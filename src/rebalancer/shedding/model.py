@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TypeVar
 
 from rebalancer._extras import require_extra
 from rebalancer.balance.checks import is_int, is_real
@@ -217,52 +218,99 @@ class ClusterLoad:
 
 PULSAR_IMPL = "org.apache.pulsar.broker.loadbalance.impl."
 
+_T = TypeVar("_T")
+
+
+def _setting(java_name: str, java_type: str, default: _T, *, also: tuple[str, ...] = ()) -> _T:
+    """One row of the settings table: Pulsar's property name and its Java type (which decides how
+    Pulsar parses it), then the default. ``also``: other spellings Pulsar reads for the same field."""
+    return field(default=default, metadata={"java_name": java_name, "java_type": java_type, "also": also})
+
 
 @dataclass(frozen=True)
 class ShedderConfig:
-    """Pulsar's load-balancer settings (ServiceConfiguration defaults), snake_case, no prefix."""
+    """Pulsar's load-balancer settings (ServiceConfiguration defaults), snake_case, no prefix.
+
+    The fields are the one settings table: each names its Pulsar property and that property's Java
+    type; ``PROPERTY_NAMES`` and ``PROPERTY_TYPES`` are read off them. Some thresholds are Java ints
+    where the field is a float (they are compared with float usages).
+    """
 
     # UniformLoadShedder and AvgShedder
-    max_unload_percentage: float = 0.2
-    min_unload_message: float = 1000
-    min_unload_message_throughput: float = 1 * MB
-    msg_rate_difference_shedder_threshold: float = 50
-    msg_throughput_multiplier_difference_shedder_threshold: float = 4
-    max_unload_bundle_num_per_shedding: int = -1
+    max_unload_percentage: float = _setting("maxUnloadPercentage", "double", 0.2)
+    min_unload_message: float = _setting("minUnloadMessage", "int", 1000)
+    min_unload_message_throughput: float = _setting("minUnloadMessageThroughput", "int", 1 * MB)
+    msg_rate_difference_shedder_threshold: float = _setting(
+        "loadBalancerMsgRateDifferenceShedderThreshold", "double", 50
+    )
+    msg_throughput_multiplier_difference_shedder_threshold: float = _setting(
+        "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold", "double", 4
+    )
+    max_unload_bundle_num_per_shedding: int = _setting("maxUnloadBundleNumPerShedding", "int", -1)
     # AvgShedder
-    avg_shedder_low_threshold: float = 15
-    avg_shedder_high_threshold: float = 40
-    avg_shedder_hit_count_low_threshold: int = 8
-    avg_shedder_hit_count_high_threshold: int = 2
+    avg_shedder_low_threshold: float = _setting("loadBalancerAvgShedderLowThreshold", "int", 15)
+    avg_shedder_high_threshold: float = _setting("loadBalancerAvgShedderHighThreshold", "int", 40)
+    avg_shedder_hit_count_low_threshold: int = _setting(
+        "loadBalancerAvgShedderHitCountLowThreshold", "int", 8
+    )
+    avg_shedder_hit_count_high_threshold: int = _setting(
+        "loadBalancerAvgShedderHitCountHighThreshold", "int", 2
+    )
     # ThresholdShedder / LeastResourceUsageWithWeight
-    history_resource_percentage: float = 0.9
-    broker_threshold_shedder_percentage: float = 10
-    bundle_unload_min_throughput_threshold: float = 10  # MB
-    lower_boundary_shedding_enabled: bool = False
-    average_resource_usage_difference_threshold_percentage: float = 10
+    history_resource_percentage: float = _setting("loadBalancerHistoryResourcePercentage", "double", 0.9)
+    broker_threshold_shedder_percentage: float = _setting(
+        "loadBalancerBrokerThresholdShedderPercentage", "int", 10
+    )
+    bundle_unload_min_throughput_threshold: float = _setting(  # MB
+        "loadBalancerBundleUnloadMinThroughputThreshold", "double", 10
+    )
+    lower_boundary_shedding_enabled: bool = _setting("lowerBoundarySheddingEnabled", "boolean", False)
+    average_resource_usage_difference_threshold_percentage: float = _setting(
+        "loadBalancerAverageResourceUsageDifferenceThresholdPercentage", "int", 10
+    )
     # OverloadShedder / LeastLongTermMessageRate
-    broker_overloaded_threshold_percentage: float = 85
+    broker_overloaded_threshold_percentage: float = _setting(
+        "loadBalancerBrokerOverloadedThresholdPercentage", "int", 85
+    )
     # resource weights, Pulsar 4.2.4's defaults: heap and direct memory 0. The modular manager never
     # counts heap memory; the extensible one (TransferShedder) weighs it by memory_resource_weight.
-    cpu_resource_weight: float = 1.0
-    memory_resource_weight: float = 0.0
-    direct_memory_resource_weight: float = 0.0
-    bandwidth_in_resource_weight: float = 1.0
-    bandwidth_out_resource_weight: float = 1.0
+    # Pulsar reads the bandwidth weights under its old spelling "Bandwith" too (_BANDWIDTH_SPELLINGS).
+    cpu_resource_weight: float = _setting("loadBalancerCPUResourceWeight", "double", 1.0)
+    memory_resource_weight: float = _setting("loadBalancerMemoryResourceWeight", "double", 0.0)
+    direct_memory_resource_weight: float = _setting("loadBalancerDirectMemoryResourceWeight", "double", 0.0)
+    bandwidth_in_resource_weight: float = _setting(
+        "loadBalancerBandwidthInResourceWeight", "double", 1.0, also=("loadBalancerBandwithInResourceWeight",)
+    )
+    bandwidth_out_resource_weight: float = _setting(
+        "loadBalancerBandwidthOutResourceWeight",
+        "double",
+        1.0,
+        also=("loadBalancerBandwithOutResourceWeight",),
+    )
     # cadence
-    shedding_interval_minutes: float = 1
-    shedding_grace_period_minutes: float = 30
+    shedding_interval_minutes: float = _setting("loadBalancerSheddingIntervalMinutes", "int", 1)
+    shedding_grace_period_minutes: float = _setting("loadBalancerSheddingGracePeriodMinutes", "long", 30)
     # TransferShedder (extensible load manager)
-    broker_load_target_std: float = 0.25
-    shedding_condition_hit_count_threshold: int = 3
-    transfer_enabled: bool = True
-    max_number_of_broker_shedding_per_cycle: int = 3
-    shedding_delay_in_seconds: float = 180  # Pulsar: loadBalanceSheddingDelayInSeconds
-    max_number_of_bundles_in_bundle_load_report: int = 10
-    debug_mode_enabled: bool = False
+    broker_load_target_std: float = _setting("loadBalancerBrokerLoadTargetStd", "double", 0.25)
+    shedding_condition_hit_count_threshold: int = _setting(
+        "loadBalancerSheddingConditionHitCountThreshold", "int", 3
+    )
+    transfer_enabled: bool = _setting("loadBalancerTransferEnabled", "boolean", True)
+    max_number_of_broker_shedding_per_cycle: int = _setting(
+        "loadBalancerMaxNumberOfBrokerSheddingPerCycle", "int", 3
+    )
+    shedding_delay_in_seconds: float = _setting("loadBalanceSheddingDelayInSeconds", "long", 180)
+    max_number_of_bundles_in_bundle_load_report: int = _setting(
+        "loadBalancerMaxNumberOfBundlesInBundleLoadReport", "int", 10
+    )
+    debug_mode_enabled: bool = _setting("loadBalancerDebugModeEnabled", "boolean", False)
     # which strategies the broker runs (fully qualified Java class names, as in broker.conf)
-    load_shedding_strategy: str = PULSAR_IMPL + "ThresholdShedder"
-    load_placement_strategy: str = PULSAR_IMPL + "LeastLongTermMessageRate"
+    load_shedding_strategy: str = _setting(
+        "loadBalancerLoadSheddingStrategy", "String", PULSAR_IMPL + "ThresholdShedder"
+    )
+    load_placement_strategy: str = _setting(
+        "loadBalancerLoadPlacementStrategy", "String", PULSAR_IMPL + "LeastLongTermMessageRate"
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -390,47 +438,16 @@ class ShedderConfig:
 SHEDDING_STRATEGIES = ("ThresholdShedder", "OverloadShedder", "UniformLoadShedder", "AvgShedder")
 PLACEMENT_STRATEGIES = ("LeastLongTermMessageRate", "LeastResourceUsageWithWeight", "AvgShedder")
 
-# Pulsar's property names (ServiceConfiguration; note its own spelling "Bandwith") -> field names.
+# Read off the settings table (ShedderConfig's fields): Pulsar's property name -> field name, every
+# spelling Pulsar reads (an old spelling first, so that an error names the current one) ...
 PROPERTY_NAMES: dict[str, str] = {
-    "maxUnloadPercentage": "max_unload_percentage",
-    "minUnloadMessage": "min_unload_message",
-    "minUnloadMessageThroughput": "min_unload_message_throughput",
-    "loadBalancerMsgRateDifferenceShedderThreshold": "msg_rate_difference_shedder_threshold",
-    "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold": (
-        "msg_throughput_multiplier_difference_shedder_threshold"
-    ),
-    "maxUnloadBundleNumPerShedding": "max_unload_bundle_num_per_shedding",
-    "loadBalancerAvgShedderLowThreshold": "avg_shedder_low_threshold",
-    "loadBalancerAvgShedderHighThreshold": "avg_shedder_high_threshold",
-    "loadBalancerAvgShedderHitCountLowThreshold": "avg_shedder_hit_count_low_threshold",
-    "loadBalancerAvgShedderHitCountHighThreshold": "avg_shedder_hit_count_high_threshold",
-    "loadBalancerHistoryResourcePercentage": "history_resource_percentage",
-    "loadBalancerBrokerThresholdShedderPercentage": "broker_threshold_shedder_percentage",
-    "loadBalancerBundleUnloadMinThroughputThreshold": "bundle_unload_min_throughput_threshold",
-    "lowerBoundarySheddingEnabled": "lower_boundary_shedding_enabled",
-    "loadBalancerAverageResourceUsageDifferenceThresholdPercentage": (
-        "average_resource_usage_difference_threshold_percentage"
-    ),
-    "loadBalancerBrokerOverloadedThresholdPercentage": "broker_overloaded_threshold_percentage",
-    "loadBalancerCPUResourceWeight": "cpu_resource_weight",
-    "loadBalancerMemoryResourceWeight": "memory_resource_weight",
-    "loadBalancerDirectMemoryResourceWeight": "direct_memory_resource_weight",
-    # the deprecated spelling first: an error names the current one
-    "loadBalancerBandwithInResourceWeight": "bandwidth_in_resource_weight",
-    "loadBalancerBandwithOutResourceWeight": "bandwidth_out_resource_weight",
-    "loadBalancerBandwidthInResourceWeight": "bandwidth_in_resource_weight",
-    "loadBalancerBandwidthOutResourceWeight": "bandwidth_out_resource_weight",
-    "loadBalancerSheddingIntervalMinutes": "shedding_interval_minutes",
-    "loadBalancerSheddingGracePeriodMinutes": "shedding_grace_period_minutes",
-    "loadBalancerBrokerLoadTargetStd": "broker_load_target_std",
-    "loadBalancerSheddingConditionHitCountThreshold": "shedding_condition_hit_count_threshold",
-    "loadBalancerTransferEnabled": "transfer_enabled",
-    "loadBalancerMaxNumberOfBrokerSheddingPerCycle": "max_number_of_broker_shedding_per_cycle",
-    "loadBalanceSheddingDelayInSeconds": "shedding_delay_in_seconds",
-    "loadBalancerMaxNumberOfBundlesInBundleLoadReport": "max_number_of_bundles_in_bundle_load_report",
-    "loadBalancerDebugModeEnabled": "debug_mode_enabled",
-    "loadBalancerLoadSheddingStrategy": "load_shedding_strategy",
-    "loadBalancerLoadPlacementStrategy": "load_placement_strategy",
+    name: f.name for f in fields(ShedderConfig) for name in (*f.metadata["also"], f.metadata["java_name"])
+}
+# ... and the Java type of each, which decides how Pulsar parses it.
+PROPERTY_TYPES: dict[str, str] = {
+    name: f.metadata["java_type"]
+    for f in fields(ShedderConfig)
+    for name in (*f.metadata["also"], f.metadata["java_name"])
 }
 
 # Known to Pulsar, read (and validated) here, but without effect: none in Pulsar 4.2.4 (heap memory
@@ -438,49 +455,10 @@ PROPERTY_NAMES: dict[str, str] = {
 IGNORED_PROPERTIES: dict[str, str] = {}
 
 # Pulsar 4.2.4 reads both spellings of the bandwidth weights: the current one, unless it is left at 1.0.
-_BANDWIDTH_SPELLINGS = (
-    ("loadBalancerBandwidthInResourceWeight", "loadBalancerBandwithInResourceWeight"),
-    ("loadBalancerBandwidthOutResourceWeight", "loadBalancerBandwithOutResourceWeight"),
+_BANDWIDTH_SPELLINGS = tuple(
+    (f.metadata["java_name"], old) for f in fields(ShedderConfig) for old in f.metadata["also"]
 )
 
-
-# The Java type of each property in Pulsar's ServiceConfiguration, which decides how Pulsar parses it.
-PROPERTY_TYPES: dict[str, str] = {
-    "maxUnloadPercentage": "double",
-    "minUnloadMessage": "int",
-    "minUnloadMessageThroughput": "int",
-    "loadBalancerMsgRateDifferenceShedderThreshold": "double",
-    "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold": "double",
-    "maxUnloadBundleNumPerShedding": "int",
-    "loadBalancerAvgShedderLowThreshold": "int",
-    "loadBalancerAvgShedderHighThreshold": "int",
-    "loadBalancerAvgShedderHitCountLowThreshold": "int",
-    "loadBalancerAvgShedderHitCountHighThreshold": "int",
-    "loadBalancerHistoryResourcePercentage": "double",
-    "loadBalancerBrokerThresholdShedderPercentage": "int",
-    "loadBalancerBundleUnloadMinThroughputThreshold": "double",
-    "lowerBoundarySheddingEnabled": "boolean",
-    "loadBalancerAverageResourceUsageDifferenceThresholdPercentage": "int",
-    "loadBalancerBrokerOverloadedThresholdPercentage": "int",
-    "loadBalancerCPUResourceWeight": "double",
-    "loadBalancerMemoryResourceWeight": "double",
-    "loadBalancerDirectMemoryResourceWeight": "double",
-    "loadBalancerBandwithInResourceWeight": "double",
-    "loadBalancerBandwithOutResourceWeight": "double",
-    "loadBalancerBandwidthInResourceWeight": "double",
-    "loadBalancerBandwidthOutResourceWeight": "double",
-    "loadBalancerSheddingIntervalMinutes": "int",
-    "loadBalancerSheddingGracePeriodMinutes": "long",
-    "loadBalancerBrokerLoadTargetStd": "double",
-    "loadBalancerSheddingConditionHitCountThreshold": "int",
-    "loadBalancerTransferEnabled": "boolean",
-    "loadBalancerMaxNumberOfBrokerSheddingPerCycle": "int",
-    "loadBalanceSheddingDelayInSeconds": "long",
-    "loadBalancerMaxNumberOfBundlesInBundleLoadReport": "int",
-    "loadBalancerDebugModeEnabled": "boolean",
-    "loadBalancerLoadSheddingStrategy": "String",
-    "loadBalancerLoadPlacementStrategy": "String",
-}
 
 def _parse_integer(key: str, raw: object, java_type: str) -> int:
     """An int or long property: Java's grammar for strings, a Python int (not bool, not float) else."""

@@ -16,6 +16,7 @@ from rebalancer.shedding.pulsar.shared import broker_order, local_usage, sheddin
 
 log = logging.getLogger(__name__)
 
+
 class AvgShedder(LoadSheddingStrategy, PlanBoundPlacement):
     """PIP-364: pair highest with lowest brokers, require repeated hits, bind shedding to placement."""
 

@@ -12,6 +12,7 @@ from rebalancer.shedding.pulsar.shared import local_usage
 # ModularLoadManagerImpl's stats for a reported bundle it has no data for (DEFAULT_MESSAGE_RATE, per way).
 DEFAULT_MESSAGE_RATE = 50.0
 
+
 class LeastLongTermMessageRate(PlacementStrategy):
     """Least long-term message rate, counting bundles assigned but not yet reported (preallocation)."""
 

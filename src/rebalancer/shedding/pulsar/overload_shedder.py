@@ -16,6 +16,7 @@ from rebalancer.shedding.pulsar.shared import (
 
 log = logging.getLogger(__name__)
 
+
 class OverloadShedder(LoadSheddingStrategy):
     """Sheds from any broker at or above the overload threshold (85%) enough to go 5% below it."""
 

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 LOWER_BOUNDARY_THRESHOLD_MARGIN = 0.5
 
+
 class ThresholdShedder(LoadSheddingStrategy):
     """Unloads brokers whose history-weighted usage exceeds the cluster average by a threshold."""
 

@@ -9,6 +9,7 @@ from rebalancer.shedding.model import BundleLoad
 _THROUGHPUT_RESOLUTION = 1e5  # NamespaceBundleStats compares throughputs to 100 kB/s
 _RATE_RESOLUTION = 100.0  # ... and message rates to 100 msg/s
 
+
 def _rank(load: BundleLoad) -> tuple[int, int, int]:
     """What ``NamespaceBundleStats.compareTo`` compares (topics, connections and cache are 0 here)."""
     return (
@@ -28,7 +29,9 @@ def top_bundles(stats: list[tuple[str, BundleLoad]], k: int) -> list[str]:
     ``stats`` is the broker's bundle stats in the order its map iterates. The partial quicksort and the
     stable sort of its front are Pulsar's, so equals come out in Pulsar's order.
     """
-    arr = [(name, _rank(load)) for name, load in stats if load.msg_throughput_in + load.msg_throughput_out != 0]
+    arr = [
+        (name, _rank(load)) for name, load in stats if load.msg_throughput_in + load.msg_throughput_out != 0
+    ]
     if not arr:
         return []
     k = min(k, len(arr))

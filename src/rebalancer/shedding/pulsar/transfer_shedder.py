@@ -69,7 +69,9 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
         """The broker's published top bundles, in Pulsar's order, with their throughput."""
         data = cluster.bundles
         reported = concurrent_hash_map_order(b for b in cluster.brokers[broker].bundles if b in data)
-        names = top_bundles([(b, data[b]) for b in reported], conf.max_number_of_bundles_in_bundle_load_report)
+        names = top_bundles(
+            [(b, data[b]) for b in reported], conf.max_number_of_bundles_in_bundle_load_report
+        )
         return [(name, data[name].msg_throughput) for name in names]
 
     def find_bundles_for_unloading(self, cluster: ClusterLoad, conf: ShedderConfig) -> dict[str, list[str]]:

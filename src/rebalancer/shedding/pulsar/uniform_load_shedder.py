@@ -10,6 +10,7 @@ from rebalancer.shedding.pulsar.shared import broker_order, shedding_order
 
 _EPS = 1e-6
 
+
 class UniformLoadShedder(LoadSheddingStrategy):
     """Moves load from the highest to the lowest broker by message rate or throughput."""
 
