@@ -20,8 +20,12 @@ import logging
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
-from rebalancer.shedding.conformance import (
+# The harness's Python side is test code beside its Maven project (conformance/), not in the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
+
+from pulsar_conformance import (
     DEVIATIONS,
     PULSAR_VERSION,
     STRATEGIES,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rebalancer.shedding.conformance import HarnessUnavailable, PulsarHarness
+from pulsar_conformance import HarnessUnavailable, PulsarHarness
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rebalancer.shedding.conformance import (
+from pulsar_conformance import (
     PROFILES,
     STRATEGIES,
     PulsarHarness,

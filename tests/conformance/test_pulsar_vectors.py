@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rebalancer.shedding.conformance import (
+from pulsar_conformance import (
     PulsarHarness,
     check_expectations,
     load_cases,

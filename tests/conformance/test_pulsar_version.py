@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from pulsar_conformance import HARNESS_DIR, PULSAR_VERSION, REPO
 from rebalancer.shedding import model, pulsar
-from rebalancer.shedding.conformance import HARNESS_DIR, PULSAR_VERSION, REPO
 from rebalancer.shedding.pulsar import transfer_shedder as transfer
 
 

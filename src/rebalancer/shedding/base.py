@@ -36,6 +36,10 @@ class PlacementStrategy(ABC):
     ) -> str | None:
         """The broker for ``bundle`` among ``candidates``, or None when there is none."""
 
+    def draw(self, brokers: list[str]) -> str:
+        """One of ``brokers`` at random, from the seeded generator (Pulsar's random pick among equals)."""
+        return brokers[self._rng.randrange(len(brokers))]
+
     def choices(
         self, candidates: set[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig
     ) -> list[str]:

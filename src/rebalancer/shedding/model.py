@@ -140,7 +140,7 @@ class BrokerLoad:
     def max_resource_usage_with_weight(self, conf: ShedderConfig) -> float:
         """The extensible manager's ``BrokerLoadData`` weighted max, heap memory included; a fraction.
 
-        The modular manager's strategies leave heap memory out (``pulsar.local_usage``).
+        The modular manager's strategies leave heap memory out (``pulsar.shared.local_usage``).
         """
         return max(self._weighted(conf)) / 100.0
 

@@ -82,7 +82,7 @@ class LeastLongTermMessageRate(PlacementStrategy):
         best = self.choices(candidates, bundle, cluster, conf)
         if not best:
             return None
-        chosen = best[self._rng.randrange(len(best))]
+        chosen = self.draw(best)
         load = cluster.bundles.get(bundle)
         self.preallocated.setdefault(chosen, {})[bundle] = load.long_term_msg_rate if load else 0.0
         return chosen

@@ -56,7 +56,7 @@ class LeastResourceUsageWithWeight(PlacementStrategy):
         best = self.choices(candidates, bundle, cluster, conf)
         if not best:
             return None
-        return best[self._rng.randrange(len(best))]
+        return self.draw(best)
 
     def on_active_brokers_change(self, active_brokers: set[str]) -> None:
         stale = [b for b in self.broker_avg_resource_usage_with_weight if b not in active_brokers]

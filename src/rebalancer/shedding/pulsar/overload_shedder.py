@@ -3,18 +3,14 @@ threshold enough to go 5% below it."""
 
 from __future__ import annotations
 
-import logging
-
 from rebalancer.shedding.base import LoadSheddingStrategy
 from rebalancer.shedding.model import ClusterLoad, ShedderConfig
 from rebalancer.shedding.pulsar.shared import (
     ADDITIONAL_THRESHOLD_PERCENT_MARGIN,
     broker_order,
     local_usage,
-    select_by_throughput,
+    shed_from,
 )
-
-log = logging.getLogger(__name__)
 
 
 class OverloadShedder(LoadSheddingStrategy):
@@ -32,10 +28,5 @@ class OverloadShedder(LoadSheddingStrategy):
                 continue
             share = current - threshold + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
             minimum = data.msg_throughput * share
-            if len(data.bundles) > 1:
-                bundles = select_by_throughput(cluster, broker, minimum)
-                if bundles:
-                    selected[broker] = bundles
-            elif len(data.bundles) == 1:
-                log.warning("sole bundle %s is overloading broker %s; not shedding", data.bundles[0], broker)
+            shed_from(cluster, broker, minimum, selected)
         return selected

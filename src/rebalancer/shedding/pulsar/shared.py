@@ -3,8 +3,12 @@ order of the leader's ``LoadData`` maps, from which their ties are broken."""
 
 from __future__ import annotations
 
+import logging
+
 from rebalancer.shedding.java import concurrent_hash_map_order, hash_map_order, sorted_descending
 from rebalancer.shedding.model import BrokerLoad, ClusterLoad, ShedderConfig
+
+log = logging.getLogger(__name__)
 
 # The share of a broker's throughput shed beyond its excess (ThresholdShedder, OverloadShedder).
 ADDITIONAL_THRESHOLD_PERCENT_MARGIN = 0.05
@@ -50,3 +54,14 @@ def select_by_throughput(cluster: ClusterLoad, broker: str, minimum_to_offload: 
             selected.append(name)
             marked += throughput
     return selected
+
+
+def shed_from(cluster: ClusterLoad, broker: str, minimum: float, selected: dict[str, list[str]]) -> None:
+    """Select ``broker``'s bundles worth ``minimum``; a broker with one bundle keeps it (Pulsar warns)."""
+    bundles = cluster.brokers[broker].bundles
+    if len(bundles) > 1:
+        chosen = select_by_throughput(cluster, broker, minimum)
+        if chosen:
+            selected[broker] = chosen
+    elif len(bundles) == 1:
+        log.warning("sole bundle %s is overloading broker %s; not shedding", bundles[0], broker)

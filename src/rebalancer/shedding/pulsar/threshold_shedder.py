@@ -12,6 +12,7 @@ from rebalancer.shedding.pulsar.shared import (
     broker_order,
     local_usage,
     select_by_throughput,
+    shed_from,
 )
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,7 @@ class ThresholdShedder(LoadSheddingStrategy):
             minimum = data.msg_throughput * share
             if minimum < min_throughput:
                 continue
-            if len(data.bundles) > 1:
-                bundles = select_by_throughput(cluster, broker, minimum)
-                if bundles:
-                    selected[broker] = bundles
-            elif len(data.bundles) == 1:
-                log.warning("sole bundle %s is overloading broker %s; not shedding", data.bundles[0], broker)
+            shed_from(cluster, broker, minimum, selected)
         if not selected and conf.lower_boundary_shedding_enabled:
             self._lower_boundary(cluster, conf, selected)
         return selected

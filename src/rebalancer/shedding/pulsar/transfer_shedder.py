@@ -191,7 +191,7 @@ class TransferShedder(LoadSheddingStrategy, PlanBoundPlacement):
     ) -> str:
         """The transfer destination; otherwise the extensible manager's LeastResourceUsageWithWeight."""
         best = self.unplanned_choices(ordered, bundle, cluster, conf)
-        return best[self._rng.randrange(len(best))]
+        return self.draw(best)
 
     def unplanned_choices(
         self, ordered: list[str], bundle: str, cluster: ClusterLoad, conf: ShedderConfig

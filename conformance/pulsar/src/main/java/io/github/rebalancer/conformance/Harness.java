@@ -68,7 +68,7 @@ import org.apache.pulsar.policies.data.loadbalancer.TimeAverageMessageData;
  * <p>The harness only builds Pulsar's inputs (LoadData, BrokerLoadData, TopBundlesLoadData, a
  * ServiceConfiguration) and plays the callers' roles: the leader that passes the candidates, and, for
  * TransferShedder, the UnloadScheduler that remembers which brokers it just unloaded. Every decision
- * is Pulsar's. The snapshot format is documented in src/rebalancer/shedding/conformance.py.
+ * is Pulsar's. The snapshot format is documented in conformance/pulsar_conformance.py.
  */
 public final class Harness {
     private static final ObjectMapper JSON = new ObjectMapper();

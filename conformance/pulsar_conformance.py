@@ -1,10 +1,12 @@
 """The Pulsar ports checked against Pulsar's own classes: snapshots, both runners, the comparison.
 
-The Java side is the harness in ``conformance/pulsar`` (built by Maven against ``pulsar-broker``
-``PULSAR_VERSION``); this module runs the same snapshots through the ports, compares decisions exactly,
-and generates the seeded random snapshots of the differential test. ``tests/conformance`` and
-``benchmarks/shedding_conformance.py`` use it; it needs a source checkout (the harness is not in the
-wheel), a JDK 17 and Maven.
+The Java side is the harness beside this file, ``conformance/pulsar`` (built by Maven against
+``pulsar-broker`` ``PULSAR_VERSION``); this module runs the same snapshots through the ports, compares
+decisions exactly, and generates the seeded random snapshots of the differential test. It is test
+code, so it lives here, not in the installed package: ``tests/conformance`` import it as
+``pulsar_conformance`` (pytest's ``pythonpath`` has ``conformance``), and
+``benchmarks/shedding_conformance.py`` puts this directory on its path. It needs a source checkout,
+a JDK 17 and Maven.
 
 A case is one JSON object (one line of a ``.jsonl`` file)::
 
@@ -68,39 +70,7 @@ SHEDDERS = ("ThresholdShedder", "OverloadShedder", "UniformLoadShedder", "AvgShe
 PLACEMENTS = ("LeastLongTermMessageRate", "LeastResourceUsageWithWeight")
 STRATEGIES = SHEDDERS + PLACEMENTS
 
-# Every property the strategies read, with ServiceConfiguration's defaults in PULSAR_VERSION.
-PULSAR_DEFAULTS: dict[str, float | int | bool] = {
-    "maxUnloadPercentage": 0.2,
-    "minUnloadMessage": 1000,
-    "minUnloadMessageThroughput": 1 * MB,
-    "loadBalancerMsgRateDifferenceShedderThreshold": 50.0,
-    "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold": 4.0,
-    "maxUnloadBundleNumPerShedding": -1,
-    "loadBalancerAvgShedderLowThreshold": 15,
-    "loadBalancerAvgShedderHighThreshold": 40,
-    "loadBalancerAvgShedderHitCountLowThreshold": 8,
-    "loadBalancerAvgShedderHitCountHighThreshold": 2,
-    "loadBalancerHistoryResourcePercentage": 0.9,
-    "loadBalancerBrokerThresholdShedderPercentage": 10,
-    "loadBalancerBundleUnloadMinThroughputThreshold": 10.0,
-    "lowerBoundarySheddingEnabled": False,
-    "loadBalancerAverageResourceUsageDifferenceThresholdPercentage": 10,
-    "loadBalancerBrokerOverloadedThresholdPercentage": 85,
-    "loadBalancerCPUResourceWeight": 1.0,
-    "loadBalancerMemoryResourceWeight": 0.0,
-    "loadBalancerDirectMemoryResourceWeight": 0.0,
-    "loadBalancerBandwidthInResourceWeight": 1.0,
-    "loadBalancerBandwidthOutResourceWeight": 1.0,
-    "loadBalancerBrokerLoadTargetStd": 0.25,
-    "loadBalancerSheddingConditionHitCountThreshold": 3,
-    "loadBalancerTransferEnabled": True,
-    "loadBalancerMaxNumberOfBrokerSheddingPerCycle": 3,
-    "loadBalanceSheddingDelayInSeconds": 180,
-    "loadBalancerMaxNumberOfBundlesInBundleLoadReport": 10,
-    "loadBalancerDebugModeEnabled": False,
-}
-
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 HARNESS_DIR = REPO / "conformance" / "pulsar"
 VECTORS_DIR = REPO / "tests" / "conformance"
 HARNESS_MAIN = "io.github.rebalancer.conformance.Harness"
@@ -124,8 +94,9 @@ def percent_usage(usage: float, limit: float) -> float:
 
 
 def config_of(properties: Mapping[str, Any]) -> ShedderConfig:
-    """A ShedderConfig from Pulsar property names, on top of Pulsar's defaults, as a broker.conf is read."""
-    return ShedderConfig.from_properties({**PULSAR_DEFAULTS, **properties})
+    """A ShedderConfig from Pulsar property names, as a broker.conf is read. Unset ones keep the
+    settings table's defaults, which must be Pulsar's: the harness's side keeps Pulsar's own."""
+    return ShedderConfig.from_properties(properties)
 
 
 def cluster_of(cycle: Mapping[str, Any]) -> ClusterLoad:
