@@ -72,7 +72,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     if not args.bootstrap.strip():
         raise ValueError("bootstrap must be HOST:PORT[,HOST:PORT], got an empty string")
-    check_topic_name(args.topic, field="topic", show=shown_topic)  # before the events are generated
+    check_topic_name(args.topic, field="topic", show=shown_topic, internal=False)  # before the events are generated
     if args.rate < 0:
         raise ValueError(f"rate must be >= 0 events/s, got {args.rate}")
     if args.linger_ms < 0:

@@ -352,7 +352,7 @@ def produce_events(
     """
     from rebalancer.produce import BatchingProducer, ProducerConfig
 
-    check_topic_name(topic, field="topic", show=shown_topic)  # here, not as a broker error per message
+    check_topic_name(topic, field="topic", show=shown_topic, internal=False)  # here, not as a broker error per message
     if rate is not None and rate < 0:
         raise ValueError(f"rate must be >= 0 events/s, got {rate}")
 
