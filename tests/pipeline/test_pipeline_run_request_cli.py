@@ -74,6 +74,9 @@ CASES: list[tuple[list[str], dict[str, object]]] = [
     # the reader's batch-or-stream rules for a kafka:// input's options (one place: parse_options)
     (["--input", KAFKA + "?endingOffsets=latest", "--stream"], {"input": KAFKA + "?endingOffsets=latest", "stream": True}),
     (["--input", KAFKA + "?maxOffsetsPerTrigger=5"], {"input": KAFKA + "?maxOffsetsPerTrigger=5"}),
+    # a mapping's rule, in column_mapping's words (the command had its own for `ts=`)
+    (["--columns", "ts="], {"columns": {"ts": ""}}),
+    (["--columns", "ts=time,type= "], {"columns": {"ts": "time", "type": ""}}),
 ]
 
 
@@ -111,8 +114,9 @@ def test_the_messages_name_the_flag_and_the_value() -> None:
     assert _library_message(CASES[26][1]) == (
         "plan-from: is for --partitioning weighted (hash placement ignores it), got p.json"
     )
-    assert _library_message(CASES[-9][1]) == "group-cost must be an int in 0..1000000000, got 1e+47"
-    assert _library_message(CASES[-2][1]) == (
+    assert _library_message(CASES[-2][1]) == "columns: the source name for 'ts' is empty"
+    assert _library_message(CASES[-11][1]) == "group-cost must be an int in 0..1000000000, got 1e+47"
+    assert _library_message(CASES[-4][1]) == (
         "option endingOffsets is for batch reads; a stream reads on as data arrives"
     )
 

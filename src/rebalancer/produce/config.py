@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rebalancer._kafka_names import check_servers
 from rebalancer._numbers import parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
 from rebalancer._secrets import SECRET_KEY_WORDS
@@ -305,7 +306,7 @@ def _parse_compression(value: object) -> int:
     from rebalancer.produce.aiokafka_adapter import has_codec  # the adapter imports this module
 
     name = value.lower() if isinstance(value, str) else value
-    if name not in _COMPRESSION:
+    if not (name is None or isinstance(name, str)) or name not in _COMPRESSION:  # a list is unhashable
         raise ValueError(f"compression.type must be one of none, gzip, snappy, lz4, zstd; got {value!r}")
     codec_id, package = _COMPRESSION[name]
     if package is not None and isinstance(name, str) and not has_codec(name):
@@ -359,9 +360,9 @@ class ProducerConfig:
         config = dict(config)
         check_known_keys(config, producer_keys())
         merged = {**PRODUCER_DEFAULTS, **config}
-        servers = merged["bootstrap.servers"]
-        if not servers or not isinstance(servers, str | list | tuple):
-            raise ValueError(f"bootstrap.servers is required (host:port[,host:port]), got {servers!r}")
+        servers = check_servers(merged["bootstrap.servers"])  # librdkafka's form: one str, real ports
+        if not isinstance(merged["client.id"], str):  # str(123) was taken; librdkafka's is a string
+            raise ValueError(f"client.id must be a string, got {shown(merged['client.id'])}")
         transactional_id = merged["transactional.id"]
         if transactional_id is not None and (not isinstance(transactional_id, str) or not transactional_id):
             raise ValueError(f"transactional.id must be a non-empty string, got {transactional_id!r}")
@@ -378,8 +379,8 @@ class ProducerConfig:
             {k: v for k, v in config.items() if k in COLLECTOR_KEYS}, stacklevel=stacklevel + 1
         )
         return cls(
-            bootstrap_servers=servers if isinstance(servers, str) else ",".join(map(str, servers)),
-            client_id=str(merged["client.id"]),
+            bootstrap_servers=servers,
+            client_id=merged["client.id"],
             acks=acks,
             idempotent=idempotent,
             transactional_id=transactional_id,
