@@ -7,13 +7,15 @@ million empty tasks (9 minutes), and a `group_cost` of 1e47 failed only in the p
 
 from __future__ import annotations
 
-__all__ = ["COUNT_MAX", "PARTITIONS_MAX", "SECONDS_MAX", "check_int", "check_partitions"]
+__all__ = ["COUNT_MAX", "EVENTS_MAX", "PARTITIONS_MAX", "SECONDS_MAX", "check_int", "check_partitions"]
 
 # Tasks of one stage: Spark schedules every partition even when it is empty (~0.5 ms each here).
 PARTITIONS_MAX = 10_000
 # Any other count (batches, files per batch, moves, a group's rows-equivalent cost): far beyond
 # a real run, and small enough that a plan's sums of them stay exact in int64 and float64.
 COUNT_MAX = 10**9
+# Sample events made in memory before any is written (`generate`, kafka://embedded/?events=): some GB.
+EVENTS_MAX = 100_000_000
 # A wait, in seconds: a day (a client's timeouts are int milliseconds).
 SECONDS_MAX = 86_400
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rebalancer.pipeline._checks import PARTITIONS_MAX, check_int
+from rebalancer.pipeline._checks import EVENTS_MAX, PARTITIONS_MAX, check_int
 from rebalancer.pipeline.contract import FORMATS  # what the generator writes is what a run reads
 
 # What write_frame names its files (and their half-written copies): all --overwrite ever removes.
@@ -32,9 +32,9 @@ BAD_KINDS = (
 )
 
 
-# (field, minimum, maximum): 10**8 events are some GB in memory; a file per task, as a run's partitions.
+# (field, minimum, maximum): the events are made in memory; a file per task, as a run's partitions.
 GENERATE_BOUNDS = (
-    ("events", 0, 100_000_000),
+    ("events", 0, EVENTS_MAX),
     ("types", 1, 1_000_000),
     ("entities", 1, 1_000_000),
     ("seed", 0, 2**63 - 1),
