@@ -1,4 +1,4 @@
-"""Kafka's topic-name rule and the form of a broker list, in one place: the test clusters (`testing`) and the pipeline's
+"""Kafka's topic-name rule, in one place: the test clusters (`testing`) and the pipeline's
 `kafka://HOST:PORT/TOPIC` inputs and `produce` command (`pipeline`) check names by it, so a name a
 real broker refuses fails where it is given, in one line, not at the broker.
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from rebalancer._numbers import ASCII_WHITESPACE, shown
+from rebalancer._numbers import shown
 
-__all__ = ["INTERNAL_TOPICS", "TOPIC_NAME_MAX", "TOPIC_PARTITIONS_MAX", "check_servers", "check_topic_name"]
+__all__ = ["INTERNAL_TOPICS", "TOPIC_NAME_MAX", "TOPIC_PARTITIONS_MAX", "check_topic_name"]
 
 # org.apache.kafka.common.internals.Topic: MAX_NAME_LENGTH and the legal characters.
 TOPIC_NAME_MAX = 249
@@ -48,25 +48,3 @@ def check_topic_name(
     if not internal and name in INTERNAL_TOPICS:
         raise ValueError(f"{field} must not be one of Kafka's own topics ({', '.join(INTERNAL_TOPICS)}), got {name!r}")
     return name
-
-
-def check_servers(value: object, *, field: str = "bootstrap.servers") -> str:
-    """`value` if it is a broker list as librdkafka takes it: one string, HOST[:PORT] entries by
-    commas (an IPv6 host in brackets), each host non-empty and each port ASCII digits in 1..65535;
-    else ValueError naming `field` and the value. Split by aiokafka's parser (the producer connects
-    with it), which alone took 'h:99999', 'h:0' and a port of '٣'."""
-    from aiokafka.conn import get_ip_port_afi
-
-    wanted = f"{field} must be HOST:PORT[,HOST:PORT...] with ports in 1..65535"
-    if not isinstance(value, str) or not value.strip(ASCII_WHITESPACE):
-        raise ValueError(f"{wanted}, got {shown(value)}")
-    for entry in value.split(","):
-        entry = entry.strip(ASCII_WHITESPACE)
-        try:
-            host, port, _ = get_ip_port_afi(entry)
-        except ValueError:  # 'h:x', '[::1' ...
-            raise ValueError(f"{wanted}, got {shown(value)}") from None
-        digits = entry.rsplit(":", 1)[1] if entry not in (host, f"[{host}]") else "9092"  # no port: the default
-        if not host or not (digits.isascii() and digits.isdigit()) or not 1 <= port <= 65535:
-            raise ValueError(f"{wanted}, got {shown(value)} (entry {entry!r})")
-    return value

@@ -119,7 +119,7 @@ SERVERS = "bootstrap.servers must be HOST:PORT[,HOST:PORT...] with ports in 1..6
         ({"bootstrap.servers": "h:x"}, SERVERS + "'h:x'"),
         ({"bootstrap.servers": ["h:1"]}, SERVERS + "['h:1'] (list)"),
         ({"bootstrap.servers": ""}, SERVERS + "''"),
-        ({"bootstrap.servers": None}, SERVERS + "None (NoneType)"),
+        ({"bootstrap.servers": None}, "bootstrap.servers is required (HOST:PORT[,HOST:PORT...])"),
         ({"bootstrap.servers": "x:1", "client.id": 123}, "client.id must be a string, got 123 (int)"),
         ({"bootstrap.servers": "x:1", "compression.type": ["gzip"]},  # was a TypeError: unhashable
          "compression.type must be one of none, gzip, snappy, lz4, zstd; got ['gzip']"),

@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rebalancer._kafka_names import check_servers
-from rebalancer._numbers import parse_float, shown
+from rebalancer._numbers import ASCII_WHITESPACE, parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
 from rebalancer._secrets import SECRET_KEY_WORDS
 from rebalancer._secrets import is_secret_key as _is_secret_key
@@ -34,6 +33,7 @@ __all__ = [
     "NumberRange",
     "ProducerConfig",
     "check_known_keys",
+    "check_servers",
     "int_setting",
     "is_secret_key",
     "ms_setting",
@@ -293,6 +293,30 @@ _COMPRESSION: dict[object, tuple[int, str | None]] = {
 _ACKS = {"all": -1, "-1": -1, -1: -1, 1: 1, "1": 1, 0: 0, "0": 0}
 # librdkafka's names. `*_random` and `consistent_random`: keyless messages go to a sticky partition.
 PARTITIONERS: tuple[str, ...] = ("consistent_random", "consistent", "murmur2_random", "murmur2", "random")
+
+
+def check_servers(value: object, *, field: str = "bootstrap.servers") -> str:
+    """`value` if it is a broker list as librdkafka takes it: one string, HOST[:PORT] entries by
+    commas (an IPv6 host in brackets), each host non-empty and each port ASCII digits in 1..65535;
+    else ValueError naming `field` and the value. Split by aiokafka's parser (the producer connects
+    with it), which alone took 'h:99999', 'h:0' and a port of '٣'."""
+    from rebalancer.produce.aiokafka_adapter import broker_address  # it imports this module
+
+    wanted = f"{field} must be HOST:PORT[,HOST:PORT...] with ports in 1..65535"
+    if value is None:
+        raise ValueError(f"{field} is required (HOST:PORT[,HOST:PORT...])")
+    if not isinstance(value, str) or not value.strip(ASCII_WHITESPACE):
+        raise ValueError(f"{wanted}, got {shown(value)}")
+    for entry in value.split(","):
+        entry = entry.strip(ASCII_WHITESPACE)
+        try:
+            host, port = broker_address(entry)
+        except ValueError:  # 'h:x', '[::1' ...
+            raise ValueError(f"{wanted}, got {shown(value)}") from None
+        digits = entry.rsplit(":", 1)[1] if entry not in (host, f"[{host}]") else "9092"  # no port: the default
+        if not host or not (digits.isascii() and digits.isdigit()) or not 1 <= port <= 65535:
+            raise ValueError(f"{wanted}, got {shown(value)} (entry {entry!r})")
+    return value
 
 
 def _parse_acks(value: object) -> int:

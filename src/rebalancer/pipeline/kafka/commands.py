@@ -65,10 +65,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rebalancer._kafka_names import check_servers, check_topic_name
+    from rebalancer._kafka_names import check_topic_name
     from rebalancer.pipeline.generate import GenerateConfig, make_frame
     from rebalancer.pipeline.kafka.source import shown_topic
     from rebalancer.pipeline.kafka.telemetry import DeliveryError, encode_events, produce_events
+    from rebalancer.produce.config import check_servers  # the producer's rule, which it then applies
 
     check_servers(args.bootstrap, field="bootstrap")  # before the events are generated
     check_topic_name(args.topic, field="topic", show=shown_topic, internal=False)  # before the events are generated
