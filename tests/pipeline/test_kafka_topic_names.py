@@ -86,6 +86,34 @@ def test_the_readers_topic_option_and_produce_events_use_the_same_rule() -> None
     assert str(info.value) == f"topic {CHARS}, got 't\\tx'"
 
 
+OWN = "__consumer_offsets, __transaction_state, __share_group_state, __cluster_metadata"
+
+
+def test_kafkas_own_topics_may_be_read_but_not_written() -> None:
+    """A broker refuses a producer's records for its internal topics: refused here, before any
+    connection; reading one (a kafka:// input, the reader's option) is Kafka's to allow."""
+    with pytest.raises(ValueError) as info:
+        produce_events("127.0.0.1:1", "__consumer_offsets", [b"k"], [b"v"])
+    assert str(info.value) == f"topic must not be one of Kafka's own topics ({OWN}), got '__consumer_offsets'"
+    assert parse_kafka_url("kafka://h:9092/__consumer_offsets").topic == "__consumer_offsets"
+    assert parse_options({"bootstrap.servers": "h:1", "topic": "__transaction_state"}).topic == "__transaction_state"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        # the mock allocated 10**9 partitions at once and aborted the process
+        ("partitions=1000000000", "input: partitions must be at most 9999, got '1000000000'"),
+        ("events=1000000000", "input: events must be at most 100000000, got '1000000000'"),
+    ],
+)
+def test_an_embedded_topic_is_bounded_as_the_clusters_are(query: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_kafka_url(f"kafka://embedded/t?{query}")
+    assert str(info.value) == message
+    assert parse_kafka_url("kafka://embedded/t?partitions=9999&events=100000000").embedded_partitions == 9999
+
+
 def test_one_rule_for_the_pipeline_and_the_test_clusters_and_the_pipeline_needs_no_testing() -> None:
     from rebalancer import _kafka_names
     from rebalancer.testing import _checks

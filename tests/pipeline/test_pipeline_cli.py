@@ -55,9 +55,9 @@ def test_unknown_format_and_bad_flags_exit_2(tmp_path, capsys):
     data.mkdir()
     (data / "x.txt").write_text("ts,type,entity,value\n")
     _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data)], "cannot tell the input format")
-    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--partitions", "0"], "partitions must be an int >= 1, got 0")
+    _fails_cleanly(capsys, ["pipeline", "run", "--input", str(data), "--partitions", "0"], "partitions must be an int in 1..10000, got 0")
     _fails_cleanly(capsys, ["pipeline", "generate", "--out", str(tmp_path / "g"), "--events", "-1"],
-                   "events must be an int >= 0, got -1")
+                   "events must be an int in 0..100000000, got -1")
     # RunRequest's check, in the library's words (test_pipeline_run_request_cli.py), not argparse's
     _fails_cleanly(capsys, ["pipeline", "run", "--partitioning", "round-robin"],
                    "rebalancer: error: partitioning must be one of weighted, hash, got 'round-robin'")

@@ -34,6 +34,24 @@ def test_reader_options_refuse_what_int_would_take(option, text):
     assert str(info.value) == f"{option} must be a positive integer, got {text!r}"
 
 
+@pytest.mark.parametrize(
+    ("option", "text", "maximum"),
+    [
+        ("minPartitions", "10001", 10_000),  # tasks, as a run's --partitions
+        ("pollTimeoutMs", "86400001", 86_400_000),  # a day
+        ("metadataTimeoutMs", "1" + "0" * 30, 86_400_000),
+        ("maxRecordsPerTask", "1000000001", 10**9),
+        ("maxOffsetsPerTrigger", "1" + "0" * 30, 10**9),
+    ],
+)
+def test_reader_options_have_upper_bounds(option: str, text: str, maximum: int) -> None:
+    """10**30 was taken and reached the reader: every numeric option is bounded, as the run's settings are."""
+    with pytest.raises(ValueError) as info:
+        parse_options({**BASE, option: text}, streaming=True if option == "maxOffsetsPerTrigger" else None)
+    assert str(info.value) == f"{option} must be at most {maximum}, got {text!r}"
+    assert parse_options({**BASE, option: str(maximum)}, streaming=None) is not None
+
+
 def test_reader_options_still_take_surrounding_ascii_whitespace_and_a_plus():
     options = parse_options({**BASE, "maxRecordsPerTask": " 10\t", "minPartitions": "+3"})
     assert (options.max_records_per_task, options.min_partitions) == (10, 3)

@@ -61,6 +61,22 @@ CASES: list[tuple[list[str], dict[str, object]]] = [
     (["--kafka-timeout", "3"], {"kafka_timeout": 3}),
     (["--input", KAFKA, "--format", "csv"], {"input": KAFKA, "format": "csv"}),
     (["--input", KAFKA, "--stream", "--files-per-batch", "2"], {"input": KAFKA, "stream": True, "files_per_batch": 2}),
+    # upper bounds: before Spark, not a Py4J error, a 9-minute run or the planner's int64 error
+    (["--partitions", "1000000"], {"partitions": 10**6}),
+    (["--partitions", "1" + "0" * 30], {"partitions": 10**30}),
+    (["--group-cost", "1e47"], {"group_cost": 1e47}),
+    (["--group-cost", "1" + "0" * 47], {"group_cost": 10**47}),
+    (["--input", KAFKA, "--kafka-timeout", "1e300"], {"input": KAFKA, "kafka_timeout": 1e300}),
+    (["--stream", "--rebalance-every", "10000000000"], {"stream": True, "rebalance_every": 10**10}),
+    (["--stream", "--max-batches", "10000000000"], {"stream": True, "max_batches": 10**10}),
+    (["--stream", "--files-per-batch", "2147483648"], {"stream": True, "files_per_batch": 2**31}),
+    (["--stream", "--max-moves", "10000000000"], {"stream": True, "max_moves": 10**10}),
+    # the reader's batch-or-stream rules for a kafka:// input's options (one place: parse_options)
+    (["--input", KAFKA + "?endingOffsets=latest", "--stream"], {"input": KAFKA + "?endingOffsets=latest", "stream": True}),
+    (["--input", KAFKA + "?maxOffsetsPerTrigger=5"], {"input": KAFKA + "?maxOffsetsPerTrigger=5"}),
+    # a mapping's rule, in column_mapping's words (the command had its own for `ts=`)
+    (["--columns", "ts="], {"columns": {"ts": ""}}),
+    (["--columns", "ts=time,type= "], {"columns": {"ts": "time", "type": ""}}),
 ]
 
 
@@ -92,12 +108,33 @@ def test_the_command_refuses_a_value_in_the_words_of_the_library(
 
 def test_the_messages_name_the_flag_and_the_value() -> None:
     """The words compared above, pinned for a few (the rest: test_pipeline_run_request.py)."""
-    assert _library_message(CASES[0][1]) == "kafka-timeout must be a finite number > 0, got nan"
-    assert _library_message(CASES[5][1]) == "group-cost must be an int >= 0, got 1.5"
+    assert _library_message(CASES[0][1]) == "kafka-timeout must be a finite number > 0 and at most 86400, got nan"
+    assert _library_message(CASES[5][1]) == "group-cost must be an int in 0..1000000000, got 1.5"
     assert _library_message(CASES[20][1]) == "max-moves: is for a stream (--stream), got 3"
     assert _library_message(CASES[26][1]) == (
         "plan-from: is for --partitioning weighted (hash placement ignores it), got p.json"
     )
+    assert _library_message(CASES[-2][1]) == "columns: the source name for 'ts' is empty"
+    assert _library_message(CASES[-11][1]) == "group-cost must be an int in 0..1000000000, got 1e+47"
+    assert _library_message(CASES[-4][1]) == (
+        "option endingOffsets is for batch reads; a stream reads on as data arrives"
+    )
+
+
+def test_a_group_stream_is_refused_by_the_library_as_by_the_command(tmp_path: Path) -> None:
+    """`?group=` with a stream: the command refused it, RunRequest took it (one rule now: the
+    reader's parse_options, for the request's mode)."""
+    url = KAFKA + "?group=g"
+    message = _library_message({"input": url, "stream": True})
+    assert message == "option group is for batch reads; a stream keeps its offsets in its checkpoint"
+    done = subprocess.run(
+        [EXE, "pipeline", "run", "--input", url, "--stream"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=DEADLINE_S,
+    )
+    assert _one_line(done) == f"rebalancer: error: {message}"
+    # The group's claim on the output is taken before the request is made (kafka/claim.py); it
+    # leaves its lock file, and nothing else.
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["out", "out/_kafka_group.lock"]
 
 
 # Runs the command with `blocked` unimportable: what an install without their extra sees. None in

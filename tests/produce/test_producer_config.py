@@ -67,7 +67,7 @@ def test_defaults_are_librdkafkas_except_the_documented_ones():
 
 def test_every_key_is_parsed_once_by_producer_config():
     cfg = ProducerConfig.from_dict(
-        {"bootstrap.servers": ["a:1", "b:2"], "transactional.id": "t", "compression.type": "GZIP",
+        {"bootstrap.servers": "a:1,b:2", "transactional.id": "t", "compression.type": "GZIP",
          "partitioner": "murmur2_random", "max.request.size": 5000, "broker.batch.max.partitions": 0}
     )  # fmt: skip
     assert cfg.bootstrap_servers == "a:1,b:2" and cfg.idempotent and cfg.acks == -1 and cfg.compression == 1
@@ -95,13 +95,44 @@ def test_repr_never_shows_a_secret():
         ({"partitioner": "murmur3"}, r"^partitioner must be one of consistent_random, consistent, murmur2_random, "
                                      r"murmur2, random; got 'murmur3'$"),
         ({"queue.buffering.max.messages": 0}, r"^queue.buffering.max.messages must be an integer in 1..2147483647, got 0$"),
-        ({"sasl.password": "pw"}, r"^sasl.password need security.protocol SASL_PLAINTEXT or SASL_SSL, got PLAINTEXT$"),
+        ({"sasl.password": "pw"}, r"^sasl.password needs security.protocol SASL_PLAINTEXT or SASL_SSL, got PLAINTEXT$"),
         ({"transaction.timeout.ms": "soon"}, r"^transaction.timeout.ms must be an integer in 1000..2147483647, got 'soon'$"),
     ],
 )  # fmt: skip
 def test_bad_values_name_the_key_and_value(config, message):
     with pytest.raises(ValueError, match=message):
         ProducerConfig.from_dict({"bootstrap.servers": "x:1", **config})
+
+
+SERVERS = "bootstrap.servers must be HOST:PORT[,HOST:PORT...] with ports in 1..65535, got "
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        # each was taken: a port no socket has, a list (librdkafka's is one string), an int client.id
+        ({"bootstrap.servers": "h:99999"}, SERVERS + "'h:99999' (entry 'h:99999')"),
+        ({"bootstrap.servers": "h:0"}, SERVERS + "'h:0' (entry 'h:0')"),
+        ({"bootstrap.servers": "a:1, :2"}, SERVERS + "'a:1, :2' (entry ':2')"),
+        ({"bootstrap.servers": "a:1,,b:2"}, SERVERS + "'a:1,,b:2' (entry '')"),
+        ({"bootstrap.servers": "h:٣"}, SERVERS + "'h:٣' (entry 'h:٣')"),  # int() reads it as 3
+        ({"bootstrap.servers": "h:x"}, SERVERS + "'h:x'"),
+        ({"bootstrap.servers": ["h:1"]}, SERVERS + "['h:1'] (list)"),
+        ({"bootstrap.servers": ""}, SERVERS + "''"),
+        ({"bootstrap.servers": None}, "bootstrap.servers is required (HOST:PORT[,HOST:PORT...])"),
+        ({"bootstrap.servers": "x:1", "client.id": 123}, "client.id must be a string, got 123 (int)"),
+        ({"bootstrap.servers": "x:1", "compression.type": ["gzip"]},  # was a TypeError: unhashable
+         "compression.type must be one of none, gzip, snappy, lz4, zstd; got ['gzip']"),
+    ],
+)
+def test_servers_and_strings_are_checked_naming_the_key_and_value(config: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ProducerConfig.from_dict(config)
+
+
+@pytest.mark.parametrize("servers", ["h:1", "h:65535", "host", "a:1, b:2", "[::1]:9092", "[::1]", "::1", "h:09092"])
+def test_every_form_of_a_broker_list_librdkafka_takes_is_taken(servers: str) -> None:
+    assert ProducerConfig.from_dict({"bootstrap.servers": servers}).bootstrap_servers == servers
 
 
 # -- issue 42 item 20: librdkafka's ranges, and no fraction for an integer key ----------------------

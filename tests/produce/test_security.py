@@ -95,7 +95,7 @@ def test_verification_off_and_system_cas(pki):
          "sasl.username, sasl.password need security.protocol SASL_PLAINTEXT or SASL_SSL, got PLAINTEXT"),
         ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u",
           "sasl.password": SECRET, "ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"},
-         "ssl.ca.location need security.protocol SSL or SASL_SSL, got SASL_PLAINTEXT"),
+         "ssl.ca.location needs security.protocol SSL or SASL_SSL, got SASL_PLAINTEXT"),
         ({"security.protocol": "SSL", "ssl.certificate.location": "/etc/ssl/certs/ca-certificates.crt",
           "ssl.key.location": "/nonexistent/client.key"},
          "ssl.key.location '/nonexistent/client.key' does not exist or is not a file"),

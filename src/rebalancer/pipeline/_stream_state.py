@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors
 from rebalancer.balance.metrics import max_over_median
-from rebalancer.pipeline._checks import check_int, check_partitions
+from rebalancer.pipeline._checks import COUNT_MAX, check_int, check_partitions
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.dispatch import PARTITIONINGS
 from rebalancer.pipeline.framework import Routing
@@ -45,12 +45,12 @@ class StreamConfig:
             raise ValueError(
                 f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {self.partitioning!r}"
             )
-        check_int(self.rebalance_every, "rebalance_every", 1)
+        check_int(self.rebalance_every, "rebalance_every", 1, COUNT_MAX)
         if self.max_batches is not None:
-            check_int(self.max_batches, "max_batches", 1)
-        check_int(self.files_per_batch, "files_per_batch", 1)
+            check_int(self.max_batches, "max_batches", 1, COUNT_MAX)
+        check_int(self.files_per_batch, "files_per_batch", 1, COUNT_MAX)
         if self.max_moves is not None:
-            check_int(self.max_moves, "max_moves", 0)
+            check_int(self.max_moves, "max_moves", 0, COUNT_MAX)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rebalancer.pipeline._checks import check_int
+from rebalancer.pipeline._checks import EVENTS_MAX, PARTITIONS_MAX, check_int
 from rebalancer.pipeline.contract import FORMATS  # what the generator writes is what a run reads
 
 # What write_frame names its files (and their half-written copies): all --overwrite ever removes.
@@ -32,6 +32,17 @@ BAD_KINDS = (
 )
 
 
+# (field, minimum, maximum): the events are made in memory; a file per task, as a run's partitions.
+GENERATE_BOUNDS = (
+    ("events", 0, EVENTS_MAX),
+    ("types", 1, 1_000_000),
+    ("entities", 1, 1_000_000),
+    ("seed", 0, 2**63 - 1),
+    ("minutes", 1, 1_000_000),
+    ("files", 1, PARTITIONS_MAX),
+)
+
+
 @dataclass(frozen=True)
 class GenerateConfig:
     """What `rebalancer pipeline generate` makes."""
@@ -47,9 +58,10 @@ class GenerateConfig:
     files: int = 4
 
     def validate(self) -> None:
-        """Counts are ints (a float or a bool failed later, inside numpy, naming no field)."""
-        for name, minimum in (("events", 0), ("types", 1), ("entities", 1), ("seed", 0), ("minutes", 1), ("files", 1)):
-            check_int(getattr(self, name), name, minimum)
+        """Counts are ints (a float or a bool failed later, inside numpy, naming no field), each
+        bounded: the events are made in memory, one array of each, before a file is written."""
+        for name, minimum, maximum in GENERATE_BOUNDS:
+            check_int(getattr(self, name), name, minimum, maximum)
         if not math.isfinite(self.skew) or self.skew < 0:  # NaN passes `skew < 0`
             raise ValueError(f"skew must be a finite number >= 0, got {self.skew}")
         if not 0 <= self.bad_rate <= 1:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rebalancer._numbers import parse_float, parse_int, shown
 from rebalancer._secrets import shown_location
-from rebalancer.pipeline._checks import check_int
+from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX, check_int
 from rebalancer.pipeline.apply._items import COSTS
 from rebalancer.pipeline.contract import FORMATS, Input, column_mapping
 from rebalancer.pipeline.dispatch import PARTITIONINGS
@@ -96,21 +96,24 @@ class Rule(Protocol):
 
 @dataclass(frozen=True)
 class Integer:
-    """An int (a bool or a round float is no count) at least `minimum`; None if `optional`."""
+    """An int (a bool or a round float is no count) in minimum..maximum; None if `optional`."""
 
     minimum: int
+    maximum: int = COUNT_MAX
     optional: bool = False
 
     def check(self, label: str, value: object) -> None:
         if not (self.optional and value is None):
-            check_int(value, label, self.minimum)
+            check_int(value, label, self.minimum, self.maximum)
 
 
 @dataclass(frozen=True)
 class Number:
-    """A finite int or float (nan passes every `<` check, so it is refused by name) above `minimum`."""
+    """A finite int or float (nan passes every `<` check, so it is refused by name) above `minimum`,
+    at most `maximum`."""
 
     minimum: float
+    maximum: float
     exclusive: bool = False
     optional: bool = False
 
@@ -122,8 +125,9 @@ class Number:
             or not isinstance(value, int | float)
             or not math.isfinite(value)
             or (value <= self.minimum if self.exclusive else value < self.minimum)
+            or value > self.maximum
         ):
-            bound = f"{'>' if self.exclusive else '>='} {self.minimum:g}"
+            bound = f"{'>' if self.exclusive else '>='} {self.minimum:g} and at most {self.maximum:g}"
             raise ValueError(f"{label} must be a finite number {bound}, got {value!r}")
 
 
@@ -244,7 +248,7 @@ SETTINGS: dict[str, Setting] = {
     for s in (
         Setting("input", Location(inspected=True), ("--input",), text=_location_text),
         Setting("output", Location(), ("--out", "--output"), text=_location_text),
-        Setting("partitions", Integer(1, optional=True), ("--partitions",), metavar="N"),
+        Setting("partitions", Integer(1, PARTITIONS_MAX, optional=True), ("--partitions",), metavar="N"),
         Setting("partitioning", OneOf(PARTITIONINGS), ("--partitioning",), text=str),
         Setting(
             "handlers",
@@ -274,7 +278,7 @@ SETTINGS: dict[str, Setting] = {
             ("--sink",),
             text=str,
         ),
-        Setting("kafka_timeout", Number(0, exclusive=True, optional=True), ("--kafka-timeout",), ("kafka",), metavar="SECONDS"),
+        Setting("kafka_timeout", Number(0, SECONDS_MAX, exclusive=True, optional=True), ("--kafka-timeout",), ("kafka",), metavar="SECONDS"),
         Setting("compare_hash", Switch(), ("--compare-hash",)),
     )
 }

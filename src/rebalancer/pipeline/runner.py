@@ -103,6 +103,14 @@ class RunRequest:
                 "handlers: a kafka:// input with ?group= takes no --handlers yet (their outputs are not kept per run)"
             )
         self._require_extras()
+        if self.is_kafka:
+            from rebalancer.pipeline.kafka.telemetry import KafkaInput
+
+            # The reader's own rules for this mode (parse_options), as the command applies them: a
+            # `?group=` is for a batch, endingOffsets for a batch, maxOffsetsPerTrigger for a stream.
+            spec = resolve_input(self)
+            if isinstance(spec, KafkaInput):
+                spec.reader_options(self.stream)
         if self.plan_from is not None and self.partitions is not None and not is_remote(self.plan_from):
             from rebalancer.pipeline.batch import load_plan
 

@@ -27,6 +27,7 @@ from typing import Any
 from aiokafka import codec
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.conn import get_ip_port_afi
 from aiokafka.errors import (
     KafkaError,
     LeaderNotAvailableError,
@@ -54,6 +55,7 @@ __all__ = [
     "Batch",
     "BatchingSender",
     "Transactions",
+    "broker_address",
     "has_codec",
     "murmur2_partition",
     "new_builder",
@@ -109,6 +111,13 @@ _Future = asyncio.Future
 async def wait_on_metadata(client: AIOKafkaClient, topic: str) -> set[int]:
     """The partition ids of `topic`, after fetching its metadata if needed."""
     return await client._wait_on_metadata(topic)
+
+
+def broker_address(entry: str) -> tuple[str, int]:
+    """(host, port) of one `bootstrap.servers` entry as aiokafka's client reads it (9092 if none is
+    given; an IPv6 host in brackets). ValueError for what it cannot read ('h:x')."""
+    host, port, _ = get_ip_port_afi(entry)
+    return host, port
 
 
 def has_codec(name: str) -> bool:

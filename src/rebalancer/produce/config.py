@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rebalancer._numbers import parse_float, shown
+from rebalancer._numbers import ASCII_WHITESPACE, parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
 from rebalancer._secrets import SECRET_KEY_WORDS
 from rebalancer._secrets import is_secret_key as _is_secret_key
@@ -33,6 +33,7 @@ __all__ = [
     "NumberRange",
     "ProducerConfig",
     "check_known_keys",
+    "check_servers",
     "int_setting",
     "is_secret_key",
     "ms_setting",
@@ -294,6 +295,30 @@ _ACKS = {"all": -1, "-1": -1, -1: -1, 1: 1, "1": 1, 0: 0, "0": 0}
 PARTITIONERS: tuple[str, ...] = ("consistent_random", "consistent", "murmur2_random", "murmur2", "random")
 
 
+def check_servers(value: object, *, field: str = "bootstrap.servers") -> str:
+    """`value` if it is a broker list as librdkafka takes it: one string, HOST[:PORT] entries by
+    commas (an IPv6 host in brackets), each host non-empty and each port ASCII digits in 1..65535;
+    else ValueError naming `field` and the value. Split by aiokafka's parser (the producer connects
+    with it), which alone took 'h:99999', 'h:0' and a port of '٣'."""
+    from rebalancer.produce.aiokafka_adapter import broker_address  # it imports this module
+
+    wanted = f"{field} must be HOST:PORT[,HOST:PORT...] with ports in 1..65535"
+    if value is None:
+        raise ValueError(f"{field} is required (HOST:PORT[,HOST:PORT...])")
+    if not isinstance(value, str) or not value.strip(ASCII_WHITESPACE):
+        raise ValueError(f"{wanted}, got {shown(value)}")
+    for entry in value.split(","):
+        entry = entry.strip(ASCII_WHITESPACE)
+        try:
+            host, port = broker_address(entry)
+        except ValueError:  # 'h:x', '[::1' ...
+            raise ValueError(f"{wanted}, got {shown(value)}") from None
+        digits = entry.rsplit(":", 1)[1] if entry not in (host, f"[{host}]") else "9092"  # no port: the default
+        if not host or not (digits.isascii() and digits.isdigit()) or not 1 <= port <= 65535:
+            raise ValueError(f"{wanted}, got {shown(value)} (entry {entry!r})")
+    return value
+
+
 def _parse_acks(value: object) -> int:
     # bool and float compare equal to 1 and 0; neither is an acks setting.
     if isinstance(value, bool) or not isinstance(value, int | str) or value not in _ACKS:
@@ -305,7 +330,7 @@ def _parse_compression(value: object) -> int:
     from rebalancer.produce.aiokafka_adapter import has_codec  # the adapter imports this module
 
     name = value.lower() if isinstance(value, str) else value
-    if name not in _COMPRESSION:
+    if not (name is None or isinstance(name, str)) or name not in _COMPRESSION:  # a list is unhashable
         raise ValueError(f"compression.type must be one of none, gzip, snappy, lz4, zstd; got {value!r}")
     codec_id, package = _COMPRESSION[name]
     if package is not None and isinstance(name, str) and not has_codec(name):
@@ -359,9 +384,9 @@ class ProducerConfig:
         config = dict(config)
         check_known_keys(config, producer_keys())
         merged = {**PRODUCER_DEFAULTS, **config}
-        servers = merged["bootstrap.servers"]
-        if not servers or not isinstance(servers, str | list | tuple):
-            raise ValueError(f"bootstrap.servers is required (host:port[,host:port]), got {servers!r}")
+        servers = check_servers(merged["bootstrap.servers"])  # librdkafka's form: one str, real ports
+        if not isinstance(merged["client.id"], str):  # str(123) was taken; librdkafka's is a string
+            raise ValueError(f"client.id must be a string, got {shown(merged['client.id'])}")
         transactional_id = merged["transactional.id"]
         if transactional_id is not None and (not isinstance(transactional_id, str) or not transactional_id):
             raise ValueError(f"transactional.id must be a non-empty string, got {transactional_id!r}")
@@ -378,8 +403,8 @@ class ProducerConfig:
             {k: v for k, v in config.items() if k in COLLECTOR_KEYS}, stacklevel=stacklevel + 1
         )
         return cls(
-            bootstrap_servers=servers if isinstance(servers, str) else ",".join(map(str, servers)),
-            client_id=str(merged["client.id"]),
+            bootstrap_servers=servers,
+            client_id=merged["client.id"],
             acks=acks,
             idempotent=idempotent,
             transactional_id=transactional_id,

@@ -38,6 +38,11 @@ def _text(config: Mapping[str, object], key: str) -> str | None:
     return value
 
 
+def _needs(keys: list[str]) -> str:
+    """The verb for `keys` as a subject: 'sasl.password needs', 'sasl.username, sasl.password need'."""
+    return "needs" if len(keys) == 1 else "need"
+
+
 def _reason(exc: BaseException) -> str:
     """The exception's type and OpenSSL's reason code (never its text, which could quote a file's content)."""
     reason = getattr(exc, "reason", None) if isinstance(exc, ssl.SSLError) else None
@@ -71,10 +76,10 @@ class SecuritySettings:
         set_ssl = [k for k in _SSL_KEYS if config.get(k) is not None]
         if set_sasl and not sasl:
             raise ValueError(
-                f"{', '.join(set_sasl)} need security.protocol SASL_PLAINTEXT or SASL_SSL, got {protocol}"
+                f"{', '.join(set_sasl)} {_needs(set_sasl)} security.protocol SASL_PLAINTEXT or SASL_SSL, got {protocol}"
             )
         if set_ssl and not tls:
-            raise ValueError(f"{', '.join(set_ssl)} need security.protocol SSL or SASL_SSL, got {protocol}")
+            raise ValueError(f"{', '.join(set_ssl)} {_needs(set_ssl)} security.protocol SSL or SASL_SSL, got {protocol}")
         mechanism = _text(config, "sasl.mechanism")
         username = _text(config, "sasl.username")
         password = _text(config, "sasl.password")

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import math
 
-from rebalancer._kafka_names import TOPIC_NAME_MAX, check_topic_name
+from rebalancer._kafka_names import TOPIC_NAME_MAX, TOPIC_PARTITIONS_MAX, check_topic_name
 from rebalancer._numbers import shown
 
 __all__ = [
+    "API_KEY_MAX",
+    "BROKERS_MAX",
     "INT32_MAX",
+    "SECONDS_MAX",
     "TOPIC_NAME_MAX",
+    "TOPIC_PARTITIONS_MAX",
+    "check_api_key",
     "check_broker_id",
     "check_brokers",
     "check_int",
@@ -25,7 +30,15 @@ __all__ = [
     "check_topic_name",
 ]
 
-INT32_MAX = 2**31 - 1  # Kafka's partition counts and broker ids are int32
+INT32_MAX = 2**31 - 1  # Kafka's broker ids are int32
+# A test cluster's size. librdkafka's mock opens a listening socket per broker and, when it cannot
+# (the process's file limit: ~1010 brokers under `ulimit -n 1024`), aborts the whole process in
+# rd_kafka_mock_cluster_destroy; a real one starts a JVM per broker. 100 stays far from both.
+BROKERS_MAX = 100
+# A wait's limit, in seconds: a day. librdkafka and threading take timeouts as int milliseconds
+# or C doubles; 1e300 overflowed them (an OverflowError or a wrapped, negative timeout).
+SECONDS_MAX = 86400.0
+API_KEY_MAX = 2**15 - 1  # the protocol's ApiKey is an int16; ctypes wrapped a larger one silently
 # The topic-name rule (TOPIC_NAME_MAX, check_topic_name) lives in rebalancer/_kafka_names.py: the
 # pipeline checks its kafka:// inputs by it too, and must not import `testing`.
 
@@ -39,16 +52,27 @@ def check_int(field: str, value: object, low: int, high: int | None = None) -> i
 
 
 def check_seconds(field: str, value: object, *, zero: bool = False) -> float:
-    """A finite number of seconds > 0 (>= 0 with `zero`): NaN passed every `<= 0` check before."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value if zero else 0 < value):
-        raise ValueError(f"{field} must be a finite number of seconds {'>=' if zero else '>'} 0, got {shown(value)}")
-    if not math.isfinite(value):
-        raise ValueError(f"{field} must be a finite number of seconds {'>=' if zero else '>'} 0, got {shown(value)}")
+    """A number of seconds > 0 (>= 0 with `zero`) and at most SECONDS_MAX: NaN passed every `<= 0`
+    check before."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not (0 <= value if zero else 0 < value)
+        or value > SECONDS_MAX
+    ):
+        low = ">= 0" if zero else "> 0"
+        raise ValueError(f"{field} must be a number of seconds {low} and at most {SECONDS_MAX:g}, got {shown(value)}")
     return float(value)
 
 
 def check_brokers(brokers: object) -> int:
-    return check_int("brokers", brokers, 1)
+    return check_int("brokers", brokers, 1, BROKERS_MAX)
+
+
+def check_api_key(api_key: object) -> int:
+    """A Kafka protocol ApiKey (Produce 0, Fetch 1...): an int16 >= 0, checked before ctypes cuts it."""
+    return check_int("api_key", api_key, 0, API_KEY_MAX)
 
 
 def check_broker_id(broker_id: object, brokers: int, *, allow_all: bool = False) -> int:
@@ -61,7 +85,8 @@ def check_broker_id(broker_id: object, brokers: int, *, allow_all: bool = False)
 
 
 def check_topic(name: object, partitions: object, replication_factor: object, brokers: int) -> None:
-    """create_topic's arguments, on either cluster."""
-    check_topic_name(name)
-    check_int("partitions", partitions, 1, INT32_MAX)
+    """create_topic's arguments, on either cluster: a user topic (not one of Kafka's own), and at
+    most as many partitions as a real controller creates in one request."""
+    check_topic_name(name, internal=False)
+    check_int("partitions", partitions, 1, TOPIC_PARTITIONS_MAX)
     check_int("replication_factor", replication_factor, 1, brokers)

@@ -33,7 +33,13 @@ from types import TracebackType
 from typing import Any
 
 from rebalancer._watchdog import Watchdog
-from rebalancer.testing._checks import check_broker_id, check_brokers, check_seconds, check_topic
+from rebalancer.testing._checks import (
+    check_api_key,
+    check_broker_id,
+    check_brokers,
+    check_seconds,
+    check_topic,
+)
 
 __all__ = [
     "FETCH_COMMAND",
@@ -912,6 +918,7 @@ class KafkaCluster:
         """
         if api_key is None:
             return {b: sum(c.values()) for b, c in sorted(self._tracked(None).items())}
+        check_api_key(api_key)  # the mock's check: 'x' and True are no ApiKey on either
         if api_key not in _API_NAMES:
             raise ValueError(f"unknown Kafka ApiKey {api_key!r} (see KAFKA_API_KEYS)")
         name = _API_NAMES[api_key]

@@ -16,8 +16,11 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import NamedTuple
 
+from rebalancer._numbers import shown
 from rebalancer.testing._checks import (
     INT32_MAX,
+    TOPIC_PARTITIONS_MAX,
+    check_api_key,
     check_broker_id,
     check_brokers,
     check_int,
@@ -57,6 +60,9 @@ API_KEYS: dict[str, int] = {
     "TxnOffsetCommit": 28,
 }
 _RD_KAFKA_PRODUCER = 0
+# Files the handle and the mock's thread open besides one socket per broker (6 measured with
+# librdkafka 2.16: queue wake-up pipes, the mock's poll fds), with room for what others open meanwhile.
+_FILES_BESIDES_BROKERS = 32
 
 _lib: ctypes.CDLL | None = None
 _lib_lock = threading.Lock()
@@ -140,8 +146,10 @@ class MockKafkaCluster:
 
     def __init__(self, brokers: int = 3) -> None:
         check_brokers(brokers)  # KafkaCluster's own check (testing/_checks.py): True is not a count
+        _check_files_for(brokers)
         self._lib = _load()
         self.brokers = brokers
+        self._topics: dict[str, int] = {}  # made by create_topic: name -> partitions
         errstr = ctypes.create_string_buffer(512)
         conf = self._lib.rd_kafka_conf_new()
         # The handle only owns the cluster; keep it quiet and cheap.
@@ -199,17 +207,28 @@ class MockKafkaCluster:
 
     def create_topic(self, name: str, partitions: int, replication_factor: int = 1) -> None:
         """Create `name`; leaders are spread over the brokers by the mock. Names and counts follow a
-        real broker's rules (KafkaCluster checks the same), which the mock itself does not check."""
+        real broker's rules (KafkaCluster checks the same), which the mock itself does not check:
+        nor does it refuse a name that collides with another's ('a.b' and 'a_b': one metric name)."""
         check_topic(name, partitions, replication_factor, self.brokers)
-        err = self._lib.rd_kafka_mock_topic_create(
-            self._cluster(), name.encode(), partitions, replication_factor
-        )
-        self._check(err, f"create_topic({name!r})")
+        with self._lock:
+            for other in self._topics:
+                if other != name and other.replace(".", "_") == name.replace(".", "_"):
+                    raise ValueError(f"topic name {name!r} collides with existing topic {other!r}")
+            err = self._lib.rd_kafka_mock_topic_create(self._cluster(), name.encode(), partitions, replication_factor)
+            self._check(err, f"create_topic({name!r})")
+            self._topics[name] = partitions
 
     def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        """Make `broker_id` the leader of a partition of a topic `create_topic` made (the mock
+        would create a topic it does not know, with partition + 1 partitions, without a word)."""
         check_topic_name(topic)
-        check_int("partition", partition, 0, INT32_MAX)
+        check_int("partition", partition, 0, TOPIC_PARTITIONS_MAX - 1)
         self._check_broker(broker_id)
+        with self._lock:
+            partitions = self._topics.get(topic)
+        if partitions is None:
+            raise ValueError(f"set_leader: no topic {topic!r} here (create_topic makes one)")
+        check_int("partition", partition, 0, partitions - 1)
         err = self._lib.rd_kafka_mock_partition_set_leader(
             self._cluster(), topic.encode(), partition, broker_id
         )
@@ -267,6 +286,8 @@ class MockKafkaCluster:
 
     def requests(self, api_key: int | None = None) -> dict[int, int]:
         """{broker_id: count} of tracked requests, optionally of one ApiKey."""
+        if api_key is not None:
+            check_api_key(api_key)  # 'x' matched no request and counted nothing, without a word
         per_broker: Counter[int] = Counter(
             r.broker_id for r in self.request_log() if api_key in (None, r.api_key)
         )
@@ -282,18 +303,38 @@ class MockKafkaCluster:
         E.g. `push_request_errors(API_KEYS["Produce"], [47])`: the next ProduceRequest is answered
         INVALID_PRODUCER_EPOCH, what a broker tells a producer fenced by a newer instance.
         """
-        if not isinstance(api_key, int) or not 0 <= api_key < 2**15:
-            raise ValueError(f"api_key must be an int in 0..32767, got {api_key!r}")
+        check_api_key(api_key)
         codes = list(errors)
-        if not codes or not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
-            raise ValueError(f"errors must be a non-empty list of Kafka error codes, got {errors!r}")
+        if not codes or not all(isinstance(c, int) and not isinstance(c, bool) and -1 <= c <= 2**15 - 1 for c in codes):
+            raise ValueError(f"errors must be a non-empty list of Kafka error codes (ints in -1..32767), got {shown(errors)}")
         array = (ctypes.c_int * len(codes))(*codes)
         self._lib.rd_kafka_mock_push_request_errors_array(self._cluster(), api_key, len(codes), array)
 
     def clear_request_errors(self, api_key: int) -> None:
         """Forget errors pushed for `api_key` that no request has consumed yet."""
+        check_api_key(api_key)
         self._lib.rd_kafka_mock_clear_request_errors(self._cluster(), api_key)
 
     def produce_requests(self) -> dict[int, int]:
         """{broker_id: ProduceRequests received} since `start_request_tracking()`."""
         return self.requests(PRODUCE_API_KEY)
+
+
+def _check_files_for(brokers: int) -> None:
+    """Refuse a cluster this process has no file descriptors for: librdkafka's mock, failing to open
+    a broker's socket, aborts the process (an assert in rd_kafka_mock_cluster_destroy)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        in_use = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError):  # not Linux: no /proc to count open files by
+        return
+    if limit == resource.RLIM_INFINITY:
+        return
+    free = limit - in_use - _FILES_BESIDES_BROKERS
+    if brokers > free:
+        raise ValueError(
+            f"brokers must be at most {max(free, 0)} in this process (a socket each; "
+            f"{in_use} of its {limit} files, RLIMIT_NOFILE, are open), got {brokers}"
+        )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline._checks import check_partitions
+from rebalancer.pipeline._checks import COUNT_MAX, check_int, check_partitions
 from rebalancer.pipeline.apply._convert import PandasTerms
 from rebalancer.pipeline.apply._func import check_one_argument, code_name, func_form
 from rebalancer.pipeline.apply._grouped import OutputCheck, grouped_map, make_call, make_merge
@@ -74,10 +74,8 @@ def _check_arguments(
         )
     if split_by is not None and combine is None and not split_safe:
         raise ValueError(split_unsafe_message(split_by))
-    if max_moves is not None and (
-        isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0
-    ):
-        raise ValueError(f"max_moves must be an int >= 0, got {max_moves!r}")
+    if max_moves is not None:
+        check_int(max_moves, "max_moves", 0, COUNT_MAX)  # the pipeline's own rule for it
     reserved = reserved_column(columns, exact)
     if reserved is not None:
         raise ValueError(f"df: column {reserved!r} is reserved by balanced_apply (prefix {RESERVED_PREFIX!r})")

@@ -11,6 +11,7 @@ from rebalancer._json import DuplicateKeyError, loads_unique
 from rebalancer._kafka_names import check_topic_name
 from rebalancer._numbers import parse_int, shown
 from rebalancer._secrets import masked_pairs
+from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX
 
 librdkafka_log = logging.getLogger("rebalancer.kafka.librdkafka")
 
@@ -98,14 +99,28 @@ class KafkaOptions:
         return conf
 
 
+# Each numeric option's upper bound (pipeline/_checks.py's): tasks as a run's partitions, a wait at
+# most a day in milliseconds, record counts as any other count. 10**30 reached the reader unchecked.
+_MAXIMA = {
+    "minPartitions": PARTITIONS_MAX,
+    "pollTimeoutMs": SECONDS_MAX * 1000,
+    "metadataTimeoutMs": SECONDS_MAX * 1000,
+    "maxRecordsPerTask": COUNT_MAX,
+    "maxOffsetsPerTrigger": COUNT_MAX,
+}
+
+
 def _positive_int(name: str, text: str) -> int:
-    """ASCII digits only: `int()` would also take `1_0` and `٣` (see rebalancer._numbers)."""
+    """ASCII digits only: `int()` would also take `1_0` and `٣` (see rebalancer._numbers); at most
+    the option's bound in _MAXIMA."""
     try:
         value = parse_int(str(text), field=name)
     except ValueError:
         raise ValueError(f"{name} must be a positive integer, got {text!r}") from None
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {text!r}")
+    if value > _MAXIMA[name]:
+        raise ValueError(f"{name} must be at most {_MAXIMA[name]}, got {text!r}")
     return value
 
 

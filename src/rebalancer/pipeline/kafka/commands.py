@@ -69,10 +69,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from rebalancer.pipeline.generate import GenerateConfig, make_frame
     from rebalancer.pipeline.kafka.source import shown_topic
     from rebalancer.pipeline.kafka.telemetry import DeliveryError, encode_events, produce_events
+    from rebalancer.produce.config import check_servers  # the producer's rule, which it then applies
 
-    if not args.bootstrap.strip():
-        raise ValueError("bootstrap must be HOST:PORT[,HOST:PORT], got an empty string")
-    check_topic_name(args.topic, field="topic", show=shown_topic)  # before the events are generated
+    check_servers(args.bootstrap, field="bootstrap")  # before the events are generated
+    check_topic_name(args.topic, field="topic", show=shown_topic, internal=False)  # before the events are generated
     if args.rate < 0:
         raise ValueError(f"rate must be >= 0 events/s, got {args.rate}")
     if args.linger_ms < 0:

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from rebalancer._kafka_names import check_topic_name
+from rebalancer._kafka_names import TOPIC_PARTITIONS_MAX, check_topic_name
 from rebalancer._numbers import parse_int
 from rebalancer._secrets import MASK, has_user_info, is_secret_key, masked_pairs, masked_repr, masked_url
+from rebalancer.pipeline._checks import EVENTS_MAX
 from rebalancer.pipeline.contract import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
 from rebalancer.pipeline.kafka.source import (
     KAFKA_PREFIX,
@@ -273,6 +274,9 @@ def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> Kafk
                     raise ValueError(wanted) from None
                 if number < lowest:
                     raise ValueError(wanted)
+                highest = TOPIC_PARTITIONS_MAX if key == "partitions" else EVENTS_MAX
+                if number > highest:  # the mock allocates them at once: 10**9 partitions aborted the process
+                    raise ValueError(f"input: {key} must be at most {highest}, got {value!r}")
                 if key == "events":
                     embedded_events = number
                 else:
@@ -352,7 +356,7 @@ def produce_events(
     """
     from rebalancer.produce import BatchingProducer, ProducerConfig
 
-    check_topic_name(topic, field="topic", show=shown_topic)  # here, not as a broker error per message
+    check_topic_name(topic, field="topic", show=shown_topic, internal=False)  # here, not as a broker error per message
     if rate is not None and rate < 0:
         raise ValueError(f"rate must be >= 0 events/s, got {rate}")
 
