@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 from collections.abc import Callable, Collection
@@ -22,6 +23,7 @@ __all__ = [
     "MASK",
     "SECRET_KEYS",
     "SECRET_KEY_WORDS",
+    "MaskedFormatter",
     "has_user_info",
     "is_secret_key",
     "masked_pairs",
@@ -213,6 +215,15 @@ def masked_text(text: str) -> str:
     """`text` with each URL in it masked (`masked_url`): for messages this package did not write,
     such as a Java exception's, which may quote a URI it was given, or a form of it."""
     return _URL_IN_TEXT.sub(lambda match: masked_url(match.group(0)), text)
+
+
+class MaskedFormatter(logging.Formatter):
+    """A Formatter whose text (the traceback of a record's exception included) shows each URL masked
+    (`masked_text`): for the handlers the CLI prints and writes through, where a library's record
+    (Spark's, Py4J's, aiokafka's) may quote a URI whole."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return masked_text(super().format(record))
 
 
 _P = ParamSpec("_P")
