@@ -39,20 +39,22 @@ SECRET = "S3CRET"
         # librdkafka's sensitive keys, whatever their name says (issue 42 item 14)
         (f"kafka://h:1/t?kafka.ssl.key.pem={SECRET}&kafka.sasl.oauthbearer.config={SECRET}",
          "kafka://h:1/t?kafka.ssl.key.pem=***&kafka.sasl.oauthbearer.config=***"),
-        (f"ftp://u:{SECRET}@h/p", "ftp://u:***@h/p"),
-        (f"ftp://u:a/{SECRET}@h/p", "ftp://u:***@h/p"),  # a '/' in the password: hidden up to the last '@'
-        (f"ftp://u:a@{SECRET}@h/p", "ftp://u:***@h/p"),
-        ("ftp://u:@h/p", "ftp://u:***@h/p"),  # an empty password is not told from another
-        (f"kafka:/u:{SECRET}@h/t", "kafka:/u:***@h/t"),  # a scheme's slashes mistyped
+        (f"ftp://u:{SECRET}@h/p", "ftp://***@h/p"),  # the user too (finding F7b)
+        (f"ftp://u:a/{SECRET}@h/p", "ftp://***@h/p"),  # a '/' in the password: hidden up to the last '@'
+        (f"ftp://u:a@{SECRET}@h/p", "ftp://***@h/p"),
+        ("ftp://u:@h/p", "ftp://***@h/p"),  # an empty password is not told from another
+        (f"kafka:/u:{SECRET}@h/t", "kafka:/***@h/t"),  # a scheme's slashes mistyped
         (f"sc://h:15002/;token={SECRET};use_ssl=true", "sc://h:15002/;token=***;use_ssl=true"),  # Spark Connect
-        ("hdfs://u@nn/p", "hdfs://u@nn/p"),  # a user without a password is no secret
-        ("hdfs://nn/data/x@y", "hdfs://nn/data/x@y"),  # nor is an '@' in a path
+        (f"hdfs://{SECRET}@nn/p", "hdfs://***@nn/p"),  # a user name is one (librdkafka: sasl.username)
+        ("hdfs://nn/data/x@y", "hdfs://nn/data/x@y"),  # an '@' in a path is none (no ':' before it)
+        # a user holding '/' and '?' read as a path and a query: no piece of it shows either way
+        (f"kafka://b/b?x={SECRET}:{SECRET}@h:9/t", "kafka://***@h:9/t"),
         # an e-mail user name in a query value ends no user info (the password is masked by its key)
         (f"kafka://h:9/t?kafka.sasl.username=bob@corp.com&kafka.sasl.password={SECRET}&x=1",
          "kafka://h:9/t?kafka.sasl.username=***&kafka.sasl.password=***&x=1"),
         ("kafka://h:9/t?x=bob@corp.com&y=1", "kafka://h:9/t?x=bob@corp.com&y=1"),
         # read either way, a password or a secret value: hidden either way (more than needed at times)
-        (f"kafka://h:9/t?kafka.sasl.password=p@{SECRET}", "kafka://h:***"),
+        (f"kafka://h:9/t?kafka.sasl.password=p@{SECRET}", "kafka://***"),
         ("/data/a:b@c", "/data/a:b@c"),  # a local path is no URL
     ],
 )
@@ -65,7 +67,9 @@ def test_masked_url_hides_secret_values_by_structure(text, shown):
 # and at either end. (Not the word "secret": a key holding it is a secret key, and the query read
 # from a '?' in the password would then hide more than the password, as it may.)
 SPECIAL = "?#/@&=:;%+ ,[]!$'()*~"
-USERS = ["bob", "b@b", "b?b", "b#b", "b/b", "b&b", "b=b", "b%40b", "b;b", "b b"]
+# Finding F7b and its kafka:// sequel: the user name is hidden too, whatever it holds ('/' and '?'
+# with a `key=value` after them read as a path and a query whose pieces reached an option's error).
+USERS = ["bob", "b@b", "b?b", "b#b", "b/b", "b&b", "b=b", "b%40b", "b;b", "b b", "b/b?b", "b/b?x=1", "b?x=1&y=2"]
 PASSWORDS = [f"pa{c}Adv3Pw{c}{c}x{c}" for c in SPECIAL] + [f"{c}Adv3Pw" for c in SPECIAL]
 
 
@@ -76,8 +80,9 @@ def test_a_password_with_any_unencoded_character_is_hidden_whole(user, password)
         ("?maxOffsetsPerTrigger=5", "?maxOffsetsPerTrigger=5"),
         ("?kafka.sasl.password=Adv3Pw&events=5", "?kafka.sasl.password=***&events=5"),
     ):
-        shown = masked_url(f"kafka://{user}:{password}@127.0.0.1:9/t{tail}")
-        assert shown == f"kafka://{user}:***@127.0.0.1:9/t{shown_tail}"
+        url = f"kafka://{user}:{password}@127.0.0.1:9/t{tail}"
+        assert masked_url(url) == f"kafka://***@127.0.0.1:9/t{shown_tail}"
+        assert _secrets.has_user_info(url), url  # and so parse_kafka_url refuses it before any option
 
 
 def test_masked_url_takes_the_callers_rule_for_keys():
@@ -86,7 +91,7 @@ def test_masked_url_takes_the_callers_rule_for_keys():
 
 def test_masked_text_masks_every_url_in_a_message():
     text = f"Login failed on 'ftp://bob:{SECRET}@h/o' and hdfs://nn/x; see sc://h:1/;token={SECRET}"
-    assert masked_text(text) == "Login failed on 'ftp://bob:***@h/o' and hdfs://nn/x; see sc://h:1/;token=***"
+    assert masked_text(text) == "Login failed on 'ftp://***@h/o' and hdfs://nn/x; see sc://h:1/;token=***"
     # in quotes (a repr), the closing quote and what follows stay as they are
     assert masked_text(f"(got 'local[2]' and 'sc://h:1/;token={SECRET}')") == "(got 'local[2]' and 'sc://h:1/;token=***')"
 
@@ -98,7 +103,7 @@ def test_masks_errors_masks_the_urls_in_a_value_error_and_drops_its_cause():
 
     with pytest.raises(ValueError) as info:
         check(f"ftp://u:{SECRET}@h/o")
-    assert str(info.value) == "output ftp://u:***@h/o is not empty"
+    assert str(info.value) == "output ftp://***@h/o is not empty"
     assert info.value.__cause__ is None and info.value.__suppress_context__  # the cause quoted it whole
 
 
@@ -114,7 +119,7 @@ def test_masks_errors_leaves_other_errors_alone():
 def test_shown_location_masks_a_uri_and_leaves_a_path():
     from pathlib import Path
 
-    assert shown_location(f"ftp://u:{SECRET}@h/o") == "ftp://u:***@h/o"
+    assert shown_location(f"ftp://u:{SECRET}@h/o") == "ftp://***@h/o"
     assert shown_location(Path("/data/a:b@c")) == "/data/a:b@c"
 
 
@@ -127,8 +132,8 @@ class _Located:
 
 def test_masked_repr_is_the_dataclass_repr_with_text_masked():
     item = _Located(f"ftp://u:{SECRET}@h/o", 3, {"k": SECRET})
-    assert masked_repr(item) == "_Located(where='ftp://u:***@h/o', count=3)"
-    assert masked_repr(item, options={"k": "***"}) == "_Located(where='ftp://u:***@h/o', count=3, options={'k': '***'})"
+    assert masked_repr(item) == "_Located(where='ftp://***@h/o', count=3)"
+    assert masked_repr(item, options={"k": "***"}) == "_Located(where='ftp://***@h/o', count=3, options={'k': '***'})"
     plain = _Located("out", 1)
     assert masked_repr(plain) == repr(plain).replace("test_secrets._Located", "_Located")
 

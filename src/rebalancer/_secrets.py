@@ -1,8 +1,8 @@
 """Which configuration keys hold secrets, and URLs shown with their secrets masked.
 
 One rule for the package: `produce` hides these keys' values in its config errors, and `pipeline`
-masks them in the query of an input URL (`kafka://h:9092/t?kafka.sasl.password=***`) wherever it
-shows one. Masking goes by structure (which key, where the user info ends), never by searching a
+masks them in the query of an input URL (`kafka://h:9092/t?kafka.sasl.password=***`), and a URL's
+user info (`ftp://***@host/path`), wherever it shows one. Masking goes by structure (which key, where the user info ends), never by searching a
 text for the secret itself. Stdlib only and nothing else of ours: `produce` and `pipeline` are
 peers and must not import each other, but both may import this.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 from collections.abc import Callable, Collection
@@ -22,6 +23,7 @@ __all__ = [
     "MASK",
     "SECRET_KEYS",
     "SECRET_KEY_WORDS",
+    "MaskedFormatter",
     "has_user_info",
     "is_secret_key",
     "masked_pairs",
@@ -116,14 +118,18 @@ def _user_info_ends(text: str, start: int) -> set[int]:
 def has_user_info(text: str) -> bool:
     """Whether `text` may name a user (and password) before its host, read either way (see
     `_user_info_ends`): an '@' in a query's value (`?kafka.sasl.username=bob@corp.com`) is not one,
-    an '@' after a '?' that starts no `key=value` (`kafka://bob:pa?ss@host/t`) is."""
+    an '@' after a '?' that starts no `key=value` (`kafka://bob:pa?ss@host/t`) is, and so is one
+    whose host a path follows (`kafka://b/b?x=1:pa@host/t`, the user `b/b?x=1` unencoded): read as a
+    query, its pieces would reach messages about options. A value holding an '@' and then a '/'
+    is told from it only with one of them encoded (%40, %2F)."""
     start = _authority_start(text)
     if start is None:
         return False
     for at in _user_info_ends(text, start):
         query = text.find("?", start, at)
         pair = text[max(query, text.rfind("&", start, at)) + 1 : at]
-        if query < 0 or "=" not in pair:
+        host_end = _AUTHORITY_END.search(text, at + 1)
+        if query < 0 or "=" not in pair or (host_end is not None and host_end.group(0) == "/"):
             return True
     return False
 
@@ -156,25 +162,26 @@ def _secret_values(
     return spans
 
 
-def masked_url(text: str, is_secret: Callable[[str], bool] = is_secret_key) -> str:
-    """`text` with the password of its user info and each secret query value (or `;key=value`
-    parameter, as Spark Connect's `;token=`) replaced by ***.
+def masked_url(text: str, is_secret: Callable[[str], bool] = is_secret_key, *, at_in_path: bool = True) -> str:
+    """`text` with its user info (user and password) and each secret query value (or `;key=value`
+    parameter, as Spark Connect's `;token=`) replaced by ***: `ftp://***@host/path`.
 
-    An unencoded '?', '#', '/', '@' or '&' in a password leaves it two readings (`kafka://bob:pa?x@h/t`:
-    RFC 3986 reads the host `bob:pa` and the query `x@h/t`; its writer meant the password `pa?x`):
-    everything either reading calls a password or a secret value is hidden. A password is what lies
-    between the first ':' after `scheme://` and the '@' ending the user info (see `_user_info_ends`);
-    a user with no password is no secret. Text that is no URL (a local path) is returned as it is.
+    The user name goes too: librdkafka flags `sasl.username` sensitive, and a user info whose user
+    holds an unencoded ':' cannot be split into a user and a password at all. An unencoded '?', '#',
+    '/', '@' or '&' in it leaves it two readings (`kafka://bob:pa?x@h/t`: RFC 3986 reads the host
+    `bob:pa` and the query `x@h/t`; its writer meant the password `pa?x`): everything either reading
+    calls user info (`_user_info_ends`) or a secret value is hidden. Read the second way, an '@'
+    with no ':' before it may be one in a path (`hdfs://nn/data/x@y`), shown as it is, unless
+    `at_in_path` is false (a kafka:// URL: its topic holds no '@'). Text that is no URL (a local
+    path) is returned as it is.
     """
     start = _authority_start(text)
     if start is None:
         return text
-    spans: list[tuple[int, int]] = []
     ends = _user_info_ends(text, start)
-    for at in ends:
-        colon = text.find(":", start, at)
-        if colon >= 0:
-            spans.append((colon + 1, at))
+    authority_end = _AUTHORITY_END.search(text, start)
+    rfc_end = authority_end.start() if authority_end else len(text)
+    spans = [(start, at) for at in ends if at < rfc_end or not at_in_path or ":" in text[start:at]]
     for query in {text.find("?", position) for position in (start, *ends)} - {-1}:
         spans.extend(_secret_values(text, query + 1, is_secret, "&"))
     # Spark Connect's parameters come after ';' (`sc://host:15002/;token=...`), judged the same way.
@@ -208,6 +215,15 @@ def masked_text(text: str) -> str:
     """`text` with each URL in it masked (`masked_url`): for messages this package did not write,
     such as a Java exception's, which may quote a URI it was given, or a form of it."""
     return _URL_IN_TEXT.sub(lambda match: masked_url(match.group(0)), text)
+
+
+class MaskedFormatter(logging.Formatter):
+    """A Formatter whose text (the traceback of a record's exception included) shows each URL masked
+    (`masked_text`): for the handlers the CLI prints and writes through, where a library's record
+    (Spark's, Py4J's, aiokafka's) may quote a URI whole."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return masked_text(super().format(record))
 
 
 _P = ParamSpec("_P")

@@ -13,13 +13,16 @@ import logging
 import os
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable, Collection, Sequence
 
 from rebalancer import DISTRIBUTION, __version__
 from rebalancer._extras import MissingExtraError, require_extra
-from rebalancer._secrets import masked_text
+from rebalancer._secrets import MaskedFormatter, masked_text
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1  # what Python exits with on an uncaught exception
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _DESCRIPTION = """\
 Keep partitioned work balanced, at every level: the Spark tasks of a job, the drain threads of an
@@ -188,7 +191,9 @@ def configure_logging(verbose: int) -> None:
     aiokafka logs each failed connection at ERROR before it raises; the command reports that error
     itself in one line, so without -v aiokafka's own lines are kept off stderr."""
     root = logging.DEBUG if verbose >= 3 else logging.INFO if verbose == 2 else logging.WARNING
-    logging.basicConfig(level=root, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = logging.StreamHandler()
+    console.setFormatter(MaskedFormatter(LOG_FORMAT))  # a library's record may quote a URI whole
+    logging.basicConfig(level=root, handlers=[console])
     logging.getLogger().setLevel(root)  # also when a handler was there already (basicConfig skips)
     ours = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.getLogger("rebalancer").setLevel(ours)
@@ -228,11 +233,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"rebalancer: error: Spark: {spark_error_reason(exc)}{note or ' (-v shows the traceback)'}",
                   file=sys.stderr)
             return EXIT_USAGE
-        if not isinstance(exc, _client_errors()):
-            raise
-        # A command that knows its servers names them itself (a ValueError); this is the safety net.
-        print(f"rebalancer: error: Kafka: {type(exc).__name__}: {masked_text(_kafka_text(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+        if isinstance(exc, _client_errors()):
+            # A command that knows its servers names them itself (a ValueError); this is the safety net.
+            print(f"rebalancer: error: Kafka: {type(exc).__name__}: {masked_text(_kafka_text(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        # A Spark error at -v, or a failure no command foresaw: the traceback Python would print, each
+        # URL in it masked (a Java error quotes the input's URI whole): nothing printed is unmasked.
+        print(masked_text("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def _spark_log_note(exc: BaseException | None = None) -> str:
@@ -243,8 +251,6 @@ def _spark_log_note(exc: BaseException | None = None) -> str:
     if path is None:
         return ""
     if exc is not None:
-        import traceback
-
         try:
             with open(path, "a", encoding="utf-8") as log:
                 log.write(masked_text("".join(traceback.format_exception(exc))))

@@ -17,6 +17,7 @@ import re
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -226,6 +227,11 @@ def test_an_exception_in_func_shows_the_users_file_line_and_function(frame):
         balanced_apply(frame, "key", fails_on_b, SCHEMA, partitions=2).frame.collect()
     users = _users_traceback(str(spark_error.value))
     assert users + "\nbalanced_apply: func failed on key ('b',)" in str(ours.value)
+    # Finding: our task function's frame was named fails_on_b, and passed for the user's code.
+    frames = re.findall(r'  File "([^"]*)", line \d+, in (.*)\n', str(ours.value))
+    assert [name for path, name in frames if name == "fails_on_b"] == ["fails_on_b"], frames
+    assert [Path(path).name for path, name in frames if name == "fails_on_b"] == ["test_balanced_apply_func.py"]
+    assert ("_grouped.py", "balanced_apply[fails_on_b]") in [(Path(path).name, name) for path, name in frames], frames
 
 
 def test_an_exception_in_combine_shows_the_users_function_and_the_split_key(spark):
@@ -241,6 +247,8 @@ def test_an_exception_in_combine_shows_the_users_function_and_the_split_key(spar
         r"KeyError: 'no such partial'\nbalanced_apply: combine failed on split key \('hot',\)",
         str(ours.value),
     ), str(ours.value)[-3000:]
+    frames = re.findall(r'  File "([^"]*)", line \d+, in (.*)\n', str(ours.value))
+    assert [Path(path).name for path, name in frames if name == "merge_fails"] == ["test_balanced_apply_func.py"]
 
 
 def dated(frame: pd.DataFrame) -> pd.DataFrame:
@@ -286,8 +294,10 @@ def test_the_workers_logs_from_func_are_under_funcs_name(spark, conf):
         for run in ("spark", "ours"):
             if f"by {run}" in row["msg"]:
                 contexts.setdefault(run, set()).add(f"{row['logger']}: {sorted(row['context'].items())}")
-    assert contexts["ours"] == contexts["spark"]
-    assert "user: [('func_name', 'logs_and_counts')]" in contexts["ours"]
+    # As applyInPandas, func's name; in a frame named as ours (a traceback shows the same frame).
+    assert contexts["ours"] == {text.replace("'logs_and_counts'", "'balanced_apply[logs_and_counts]'")
+                                for text in contexts["spark"]}
+    assert "user: [('func_name', 'balanced_apply[logs_and_counts]')]" in contexts["ours"]
 
 
 def test_reasons_and_code_names_unit():

@@ -64,7 +64,7 @@ def test_the_input_name_of_a_uri_with_a_password_masks_it():
     """What summary.json's "input", the report and the run's errors show (Hadoop's FTP filesystem
     takes ftp://USER:PASSWORD@HOST/PATH)."""
     spec = InputSpec(path=Path("/data"), format="csv", files=(Path("/data/a.csv"),), uri=f"ftp://bob:{SECRET}@h/data")
-    assert input_name(spec) == "ftp://bob:***@h/data"
+    assert input_name(spec) == "ftp://***@h/data"
     plain = InputSpec(path=Path("/data"), format="csv", files=(Path("/data/a.csv"),), uri="hdfs://nn/data/x@y")
     assert input_name(plain) == "hdfs://nn/data/x@y"  # an '@' in a path is no user info
 
@@ -109,25 +109,26 @@ def test_a_hadoop_error_on_a_uri_with_a_password_masks_it_in_the_prefix_and_the_
     fs = HadoopFS.__new__(HadoopFS)  # errors() needs no JVM
     with pytest.raises(ValueError) as info, fs.errors(uri):
         raise error
-    assert str(info.value) == "ftp://bob:***@h/data: IOException: Login failed on ftp://bob:***@h/data"
+    assert str(info.value) == "ftp://***@h/data: IOException: Login failed on ftp://***@h/data"
 
 
 # Issue 42 item 12: a user or password holding any character unencoded (see tests/test_secrets.py).
 SPECIAL = "?#/@&=:;%+ ,[]!$'()*~"
-USERS = ["bob", "b@b", "b?b", "b#b", "b/b", "b&b", "b=b", "b%40b", "b;b", "b b"]
+USERS = ["bob", "b@b", "b?b", "b#b", "b/b", "b&b", "b=b", "b%40b", "b;b", "b b", "b/b?b", "b/b?x=1", "b?x=1&y=2"]
 PASSWORDS = [f"pa{c}Adv3Pw{c}{c}x{c}" for c in SPECIAL] + [f"{c}Adv3Pw" for c in SPECIAL]
 
 
 @pytest.mark.parametrize("tail", ["", "?maxOffsetsPerTrigger=5", "?kafka.sasl.password=Adv3Pw&events=5"])
 def test_every_error_for_a_url_with_user_info_hides_the_password(tail):
     """Each URL is refused (bootstrap.servers takes no user info), and the error quotes it with the
-    password masked, whichever check refuses it: never a piece of the password as a topic or a key."""
+    user info masked, whichever check refuses it: never a piece of the password (or of the user:
+    `b/b?x=1` read as a query named an unknown option `x`) as a topic, a key or an option's value."""
     shown_tail = tail.replace("=Adv3Pw&", "=***&")
     for user, password in itertools.product(USERS, PASSWORDS):
         with pytest.raises(ValueError) as info:
             parse_kafka_url(f"kafka://{user}:{password}@127.0.0.1:9/t{tail}")
         text = str(info.value)
-        assert "Adv3Pw" not in text and f"'kafka://{user}:***@127.0.0.1:9/t{shown_tail}'" in text, text
+        assert "Adv3Pw" not in text and f"'kafka://***@127.0.0.1:9/t{shown_tail}'" in text, text
 
 
 def test_the_issue_url_with_a_question_mark_in_the_password_is_refused_as_user_info():
@@ -135,8 +136,61 @@ def test_the_issue_url_with_a_question_mark_in_the_password_is_refused_as_user_i
         parse_kafka_url("kafka://bob:pa?Adv3Secret@127.0.0.1:9/t")
     assert str(info.value) == (
         "input: a kafka:// URL takes no user or password (give the options kafka.sasl.username and "
-        "kafka.sasl.password), got 'kafka://bob:***@127.0.0.1:9/t'"
+        "kafka.sasl.password; an '@' in an option's value: write it as %40), got 'kafka://***@127.0.0.1:9/t'"
     )
+
+
+USER_INFO_REFUSED = (
+    "input: a kafka:// URL takes no user or password (give the options kafka.sasl.username and "
+    "kafka.sasl.password; an '@' in an option's value: write it as %40), got 'kafka://***@127.0.0.1:9/t'"
+)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"kafka://b/b?maxOffsetsPerTrigger=1:{SECRET}@127.0.0.1:9/t",  # was: "...got '1:S3CRET@127.0.0.1:9/t'"
+        f"kafka://Us3r/b?x=1:{SECRET}@127.0.0.1:9/t",  # was: "unknown option 'x'", a piece of the user
+        f"kafka://Us3r?x=1:{SECRET}@127.0.0.1:9/t",
+        f"kafka://Us3r/{SECRET}?x=1@127.0.0.1:9/t",  # a user alone: no ':' tells it from a path, but a
+        f"kafka://Us3r/{SECRET}@127.0.0.1:9/t",  # topic holds no '@' (nor '/')
+    ],
+)
+def test_a_user_holding_a_slash_and_a_query_is_refused_as_user_info_before_any_option(url):
+    """The attack's sequel to item 12: a user name with an unencoded '/' and '?' read as a path and a
+    query put pieces of the user info into an option's error. A host followed by a path after the
+    '@' makes it user info whatever precedes it."""
+    with pytest.raises(ValueError) as info:
+        parse_kafka_url(url)
+    assert str(info.value) == USER_INFO_REFUSED
+    assert SECRET not in str(info.value) and "Us3r" not in str(info.value)
+
+
+def test_an_encoded_at_in_an_option_value_followed_by_a_slash_is_no_user_info():
+    spec = parse_kafka_url("kafka://h:9092/t?kafka.sasl.username=bob%40corp.com/x")
+    assert spec.options == {"kafka.sasl.username": "bob@corp.com/x"}
+
+
+# Finding F7b: a user name alone (librdkafka flags sasl.username sensitive) was shown.
+def test_a_user_name_alone_is_masked_in_errors_and_reprs():
+    from rebalancer.pipeline.runner import RunRequest
+
+    with pytest.raises(ValueError) as info:
+        parse_kafka_url(f"kafka://{SECRET}@127.0.0.1:9/t")
+    assert str(info.value) == USER_INFO_REFUSED
+    shown = repr(RunRequest(input=f"ftp://{SECRET}@h/i", output=f"hdfs://{SECRET}@nn/o"))
+    assert SECRET not in shown and shown.startswith("RunRequest(input='ftp://***@h/i', output='hdfs://***@nn/o', ")
+
+
+def test_the_cli_masks_a_user_name_alone_and_a_user_holding_a_slash_and_a_query(tmp_path):
+    for url in (f"kafka://{SECRET}@127.0.0.1:9/t", f"kafka://b/b?maxOffsetsPerTrigger=1:{SECRET}@127.0.0.1:9/t"):
+        done = subprocess.run(
+            [sys.executable, "-m", "rebalancer.cli", "pipeline", "run", "--input", url, "--output", str(tmp_path / "o")],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )
+        assert done.returncode == 2, done.stderr
+        assert SECRET not in done.stdout + done.stderr, done.stdout + done.stderr
+        assert done.stdout == "" and done.stderr.splitlines() == [f"rebalancer: error: {USER_INFO_REFUSED}"]
 
 
 def test_an_email_user_name_in_the_query_is_no_user_info():
@@ -175,7 +229,7 @@ def test_a_file_uri_with_a_password_is_refused_without_it(uri):
 
     with pytest.raises(ValueError) as info:
         local_path(uri)
-    assert str(info.value) == "a file: URI names a local path, got the host 'u:***@' in file://u:***@/data/x"
+    assert str(info.value) == "a file: URI names a local path, got the host '***@' in file://***@/data/x"
 
 
 def test_the_cli_refuses_a_file_uri_with_a_password_in_one_line_without_it(tmp_path):
@@ -190,7 +244,7 @@ def test_the_cli_refuses_a_file_uri_with_a_password_in_one_line_without_it(tmp_p
         )
         assert done.returncode == 2, done.stderr
         assert done.stderr.splitlines() == [
-            "rebalancer: error: a file: URI names a local path, got the host 'u:***@' in file://u:***@/data/x"
+            "rebalancer: error: a file: URI names a local path, got the host '***@' in file://***@/data/x"
         ], done.stderr
 
 
@@ -206,13 +260,13 @@ def test_the_repr_of_a_run_request_masks_every_location():
     assert SECRET not in shown and SECRET not in str(request), shown
     assert shown.startswith(
         "RunRequest(input='kafka://h:9092/t?kafka.sasl.password=***&kafka.ssl.key.pem=***&group=g', "
-        "output='ftp://u:***@h/o', partitions=None, "
+        "output='ftp://***@h/o', partitions=None, "
     ), shown
     stream = RunRequest(input=f"hdfs://u:{SECRET}4@nn/in", output="o", stream=True,
                         checkpoint=f"ftp://u:{SECRET}5@h/c", report_dir=f"ftp://u:{SECRET}6@h/r")
     shown = repr(stream)
     assert SECRET not in shown, shown
-    for part in ("input='hdfs://u:***@nn/in'", "checkpoint='ftp://u:***@h/c'", "report_dir='ftp://u:***@h/r'"):
+    for part in ("input='hdfs://***@nn/in'", "checkpoint='ftp://***@h/c'", "report_dir='ftp://***@h/r'"):
         assert part in shown, shown
 
 
@@ -223,7 +277,7 @@ def test_the_repr_of_a_run_request_masks_an_inspected_input():
     assert repr(spec) == (
         "InputSpec(path=PosixPath('/data'), format='csv', files=(PosixPath('/data/a.csv'),), "
         "columns={'ts': 'ts', 'type': 'type', 'entity': 'entity', 'value': 'value'}, headers={}, "
-        "uri='ftp://bob:***@h/data')"
+        "uri='ftp://***@h/data')"
     )
     kafka = parse_kafka_url(f"kafka://h:9092/t?kafka.sasl.password={SECRET}")
     for given in (spec, kafka):
@@ -238,4 +292,4 @@ def test_a_run_request_refusing_a_location_hides_its_password(fields):
 
     with pytest.raises(ValueError) as info:
         RunRequest(input="in", output="o", **fields)
-    assert SECRET not in str(info.value) and "ftp://u:***@h/" in str(info.value)
+    assert SECRET not in str(info.value) and "ftp://***@h/" in str(info.value)

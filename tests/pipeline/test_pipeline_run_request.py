@@ -126,7 +126,7 @@ def test_a_bad_request_is_refused_naming_the_field(fields: dict, message: str) -
         ({"checkpoint": "ck"}, "checkpoint: is for a stream (--stream), got ck"),
         ({"max_batches": 2}, "max-batches: is for a stream (--stream), got 2"),
         ({"rebalance_every": 2}, "rebalance-every: is for a stream (--stream), got 2"),
-        ({"checkpoint": "s3a://AKID:Secret@bucket/ck"}, "checkpoint: is for a stream (--stream), got s3a://AKID:***@bucket/ck"),
+        ({"checkpoint": "s3a://AKID:Secret@bucket/ck"}, "checkpoint: is for a stream (--stream), got s3a://***@bucket/ck"),
         # issue 42, item 17: hash placement ignores a plan, and every other weighted-only setting
         ({"partitioning": "hash", "plan_from": "p.json"},
          "plan-from: is for --partitioning weighted (hash placement ignores it), got p.json"),

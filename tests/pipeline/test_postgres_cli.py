@@ -26,7 +26,7 @@ def test_an_unreachable_server_or_a_bad_login_exits_2_before_spark(dataset, post
     out = tmp_path / "out"
     run = ["pipeline", "run", "--input", str(input_dir), "--output", str(out), "--sink"]
     _fails_cleanly(capsys, [*run, f"postgresql://rebalancer:{PASSWORD}@127.0.0.1:1/rebalancer"],
-                   "rebalancer: error: sink postgresql://rebalancer@127.0.0.1:1/rebalancer: cannot connect:", PASSWORD)
+                   "rebalancer: error: sink postgresql://***@127.0.0.1:1/rebalancer: cannot connect:", PASSWORD)
     wrong_password = postgres.url.replace(postgres._password, PASSWORD)
     _fails_cleanly(capsys, [*run, wrong_password], "password authentication failed", PASSWORD)
     missing_db = postgres.url.rsplit("/", 1)[0] + "/no_such_db"

@@ -224,11 +224,11 @@ def test_connection_errors_and_repr_never_show_the_password(postgres):
 
     unreachable = f"postgresql://u:{password}@127.0.0.1:1/db"
     sink = PostgresSink(unreachable)
-    assert password not in repr(sink) and repr(sink) == "PostgresSink('postgresql://u@127.0.0.1:1/db', schema='rebalancer')"
+    assert password not in repr(sink) and repr(sink) == "PostgresSink('postgresql://***@127.0.0.1:1/db', schema='rebalancer')"
     with pytest.raises(ValueError) as error:
         sink.check()
     message = str(error.value)
-    assert message.startswith("sink postgresql://u@127.0.0.1:1/db: cannot connect: ") and "\n" not in message
+    assert message.startswith("sink postgresql://***@127.0.0.1:1/db: cannot connect: ") and "\n" not in message
     assert password not in message
 
     with pytest.raises(ValueError) as error:
@@ -236,7 +236,7 @@ def test_connection_errors_and_repr_never_show_the_password(postgres):
     assert str(error.value) == "sink must be a postgresql://user:password@host:port/database URL, got 'mysql://…'"
     with pytest.raises(ValueError, match="sink schema must be 1 to 63 bytes"):
         PostgresSink(postgres.url, schema="")
-    assert sink.redact(f"x password={password} y {unreachable}") == "x password=*** y postgresql://u:***@127.0.0.1:1/db"
+    assert sink.redact(f"x password={password} y {unreachable}") == "x password=*** y postgresql://***@127.0.0.1:1/db"
 
 
 def test_quarantine_row_key_keeps_duplicates_and_tells_null_from_empty(spark):

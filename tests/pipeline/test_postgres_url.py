@@ -29,18 +29,18 @@ RESERVED = (
 )
 SEVERAL_AT = f"sink postgresql://…: the URL's user or password holds '@'; {HINT}"
 BAD_PERCENT = (
-    "sink postgresql://…@db.example:5432/m: the URL's user or password holds '%' not followed by "
+    "sink postgresql://***@db.example:5432/m: the URL's user or password holds '%' not followed by "
     f"two hex digits; {HINT}"
 )
-NUL = f"sink postgresql://…@db.example:5432/m: the URL's user or password holds %00; {HINT}"
-NOT_UTF8 = f"sink postgresql://…@db.example:5432/m: the URL's user or password is not UTF-8 once percent-decoded; {HINT}"
+NUL = f"sink postgresql://***@db.example:5432/m: the URL's user or password holds %00; {HINT}"
+NOT_UTF8 = f"sink postgresql://***@db.example:5432/m: the URL's user or password is not UTF-8 once percent-decoded; {HINT}"
 SPACE = f"sink postgresql://…: the URL holds a space or control character; {HINT}"
 UNREADABLE = (
     "sink postgresql://…: the URL's host part cannot be read (an unmatched '[' or ']', or a character "
     f"that reads as '/', '?', '#', '@' or ':' once normalized); {HINT}"
 )
 REFUSALS = {RESERVED, SEVERAL_AT, BAD_PERCENT, NUL, NOT_UTF8, SPACE, UNREADABLE}
-DISPLAY = "postgresql://etl@db.example:5432/m"
+DISPLAY = "postgresql://***@db.example:5432/m"  # the user too (finding F7b)
 REPR = f"PostgresSink({DISPLAY!r}, schema='rebalancer')"
 
 # Every printable ASCII character (the URL delimiters included), a few non-ASCII letters, and
@@ -61,7 +61,7 @@ def _messages(sink: PostgresSink, url: str) -> list[tuple[str, str]]:
     """(what libpq/psycopg could say, what the user must see): every form that echoes the connection string."""
     conninfo = sink._conninfo
     masked_conninfo = make_conninfo(conninfo, password="***")
-    masked_url = "postgresql://etl:***@db.example:5432/m"
+    masked_url = "postgresql://***@db.example:5432/m"
     return [
         (
             f'end of string reached when looking for matching "]" in IPv6 host address in URI: "{url}"',
@@ -147,9 +147,9 @@ def test_masking_is_by_structure_so_a_short_password_leaves_ordinary_text_alone(
     assert sink.redact("password=p and password = 'a\\' b' then sslpassword=x") == (
         "password=*** and password = *** then sslpassword=***"
     )
-    assert sink.redact("see postgresql://other:pw@elsewhere/db") == "see postgresql://other:***@elsewhere/db"
+    assert sink.redact("see postgresql://other:pw@elsewhere/db") == "see postgresql://***@elsewhere/db"
     query = PostgresSink("postgresql://u@127.0.0.1:9/db?password=zz")
-    assert query.redact("in postgresql://u@127.0.0.1:9/db?password=zz") == "in postgresql://u@127.0.0.1:9/db?password=***"
+    assert query.redact("in postgresql://u@127.0.0.1:9/db?password=zz") == "in postgresql://***@127.0.0.1:9/db?password=***"
 
 
 @pytest.mark.parametrize("password", ["p", "port", "127.0.0.1", "%/@:?# x"])
@@ -158,7 +158,7 @@ def test_a_refused_connection_names_the_server_and_not_the_password(password: st
     with pytest.raises(ValueError) as error:
         sink.check()
     assert str(error.value) == (
-        'sink postgresql://u@127.0.0.1:1/db: cannot connect: connection failed: connection to server at '
+        'sink postgresql://***@127.0.0.1:1/db: cannot connect: connection failed: connection to server at '
         '"127.0.0.1", port 1 failed: Connection refused'
     )
 
@@ -174,7 +174,7 @@ def test_the_cli_refuses_an_unencoded_percent_in_one_line_before_spark(dataset, 
     )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "rebalancer: error: sink postgresql://…@127.0.0.1:1/db: the URL's user or password holds '%' not "
+        "rebalancer: error: sink postgresql://***@127.0.0.1:1/db: the URL's user or password holds '%' not "
         f"followed by two hex digits; {HINT}"
     ]
     assert "ZZTOP" not in result.stdout + result.stderr and not (tmp_path / "out").exists()

@@ -97,14 +97,16 @@ def test_verification_off_and_system_cas(pki):
           "sasl.password": SECRET, "ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"},
          "ssl.ca.location needs security.protocol SSL or SASL_SSL, got SASL_PLAINTEXT"),
         ({"security.protocol": "SSL", "ssl.certificate.location": "/etc/ssl/certs/ca-certificates.crt",
-          "ssl.key.location": "/nonexistent/client.key"},
-         "ssl.key.location '/nonexistent/client.key' does not exist or is not a file"),
+          "ssl.key.location": f"/nonexistent/{KEY_SECRET}.key"},
+         "^ssl.key.location <str, hidden> does not exist or is not a file$"),
         ({"security.protocol": "SSL", "ssl.key.password": KEY_SECRET}, "ssl.key.password needs ssl.key.location"),
         ({"security.protocol": "TLS"}, "security.protocol must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; got 'TLS'"),
         ({"security.protocol": "SSL", "enable.ssl.certificate.verification": "sometimes"},
          "enable.ssl.certificate.verification must be true or false, got 'sometimes'"),
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": 12345},
-         "sasl.password must be a non-empty string, got int$"),
+         "^sasl.password must be a non-empty string, got <int, hidden>$"),
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": 12345, "sasl.password": SECRET},
+         "^sasl.username must be a non-empty string, got <int, hidden>$"),
     ],
 )  # fmt: skip
 def test_inconsistent_combinations_raise_naming_the_keys_never_the_secret(config, message):
@@ -197,6 +199,17 @@ def test_a_wrong_key_password_names_the_certificate_key_and_password_keys(pki):
     with pytest.raises(ValueError) as info:
         settings.client_kwargs()
     assert str(info.value) == (
-        f"ssl.certificate.location {pki['cert']!r} and ssl.key.location {pki['enc']!r} could not be loaded "
+        f"ssl.certificate.location {pki['cert']!r} and ssl.key.location <str, hidden> could not be loaded "
         "(wrong ssl.key.password, or not a PEM certificate and key): SSLError"
     )
+    assert pki["enc"] not in str(info.value)  # librdkafka flags the key's path sensitive
+
+
+def test_a_missing_key_file_is_named_by_its_key_never_its_path(tmp_path: pathlib.Path):
+    """Finding F7: the error echoed ssl.key.location's value, a key librdkafka flags sensitive."""
+    missing = str(tmp_path / f"{KEY_SECRET}.key")
+    with pytest.raises(ValueError) as info:
+        BatchingProducer({"bootstrap.servers": "x:1", "security.protocol": "SSL", "ssl.key.location": missing,
+                          "ssl.certificate.location": "/etc/ssl/certs/ca-certificates.crt"})
+    assert str(info.value) == "ssl.key.location <str, hidden> does not exist or is not a file"
+    assert KEY_SECRET not in str(info.value) and missing not in repr(info.value)

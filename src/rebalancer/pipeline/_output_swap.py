@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer import __version__
+from rebalancer._secrets import masked_text, shown_location
 from rebalancer.pipeline._output_fs import INFO, MANIFEST, RunFS, aside_name, at, location_key, staging_name
 from rebalancer.pipeline.output_mode import (
     SPARK_LOG,
@@ -102,7 +103,10 @@ def _roll_back(fs: RunFS, location: str | Path, leftover: Leftover | _Swap) -> b
     for name in fs.names(aside) if fs.exists(aside) else []:
         if fs.exists(at(location, name)):
             whole = False  # something took its place meanwhile: the previous run's copy stays aside
-            log.warning("%s: %s is back in place already; the previous run's copy stays in %s", location, name, aside)
+            log.warning(
+                "%s: %s is back in place already; the previous run's copy stays in %s",
+                shown_location(location), name, shown_location(aside),
+            )
         else:
             fs.move(at(aside, name), at(location, name))
     if whole:
@@ -117,6 +121,7 @@ def recover(states: list[DirState], spark: SparkSession | None) -> int:
     for state in states:
         fs = RunFS(state.dir.location, spark)
         location = state.dir.location
+        shown = shown_location(location)  # what the log shows: a URI's user info as ***
         for leftover in state.leftovers:
             if leftover.writer is not None or leftover.committed is None:
                 continue  # a live run's; or its output cannot be reached yet (the run looks again)
@@ -126,16 +131,18 @@ def recover(states: list[DirState], spark: SparkSession | None) -> int:
                     fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest)))
                 fs.remove(leftover.aside)
                 fs.remove(leftover.stage)
-                log.warning("%s: finished the swap of a run stopped after it was in place (%s)", location, leftover.token)
+                log.warning("%s: finished the swap of a run stopped after it was in place (%s)", shown, leftover.token)
             elif leftover.swapping or leftover.has_aside:
                 whole = _roll_back(fs, location, leftover)
                 log.warning(
-                    "%s: undid the swap of a run stopped midway (%s): %s", location, leftover.token,
-                    "the previous run is back" if whole else f"what could not be put back stays in {leftover.aside}",
+                    "%s: undid the swap of a run stopped midway (%s): %s", shown, leftover.token,
+                    "the previous run is back"
+                    if whole
+                    else f"what could not be put back stays in {shown_location(leftover.aside)}",
                 )
             else:
                 fs.remove(leftover.stage)
-                log.warning("%s: removed the staging directory of a run that was stopped (%s)", location, leftover.token)
+                log.warning("%s: removed the staging directory of a run that was stopped (%s)", shown, leftover.token)
     return found
 
 
@@ -211,7 +218,7 @@ class Outputs:
                 if state.dir.location in self.created and not fs.names(state.dir.location):
                     fs.remove(state.dir.location)
             except (OSError, ValueError) as exc:  # a cancelled Spark task may still be writing there
-                log.warning("could not remove %s (%s); the next run removes it", stage, exc)
+                log.warning("could not remove %s (%s); the next run removes it", shown_location(stage), masked_text(str(exc)))
 
     def publish(self) -> None:
         """Swap the staged run in, once (a group run calls it before committing its offsets)."""
@@ -272,7 +279,10 @@ class Outputs:
                 swap.fs.remove(swap.aside)
                 swap.fs.remove(swap.stage)
         except (OSError, ValueError) as exc:
-            log.warning("the run is in place, but removing what it replaced failed (%s); the next run finishes it", exc)
+            log.warning(
+                "the run is in place, but removing what it replaced failed (%s); the next run finishes it",
+                masked_text(str(exc)),
+            )
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rebalancer._secrets import MaskedFormatter
 from rebalancer.pipeline._connect import is_connect
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def spark_python_logs_to(log_file: Path) -> Iterator[None]:
     root = logging.getLogger()
     to_file = logging.FileHandler(log_file, encoding="utf-8")
     to_file.addFilter(_SparkRecords(keep=True))
-    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    to_file.setFormatter(MaskedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # URIs masked
     not_spark = _SparkRecords(keep=False)
     consoles = list(root.handlers)
     for handler in consoles:

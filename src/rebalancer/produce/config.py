@@ -41,6 +41,7 @@ __all__ = [
     "parse_int",
     "parse_ms",
     "producer_keys",
+    "shown_setting",
 ]
 
 # The one defaults table of every producer key (security keys: SecuritySettings, which this
@@ -92,8 +93,9 @@ def is_secret_key(key: str) -> bool:
     return _is_secret_key(key, security.SECRET_KEYS)  # the package's one rule (the pipeline uses it too)
 
 
-def _shown(key: str, value: object) -> str:
-    """`value` for an error about `key`: its repr, or only its type for a secret key."""
+def shown_setting(key: str, value: object) -> str:
+    """`value` for an error about `key`: its repr, or only its type for a secret key (every message
+    of `produce` that quotes a value goes through here: the key's name decides, not the message)."""
     return shown(value, secret=True) if is_secret_key(key) else repr(value)
 
 
@@ -146,9 +148,9 @@ NUMBER_RANGES: dict[str, NumberRange] = {
 def parse_ms(key: str, value: object, *, maximum: float = math.inf) -> float:
     """A number of milliseconds in 0..`maximum` (numeric strings accepted, as librdkafka does)."""
     if math.isfinite(maximum):
-        problem = f"{key} must be a number of milliseconds in 0..{maximum:g}, got {_shown(key, value)}"
+        problem = f"{key} must be a number of milliseconds in 0..{maximum:g}, got {shown_setting(key, value)}"
     else:
-        problem = f"{key} must be a finite number of milliseconds >= 0, got {_shown(key, value)}"
+        problem = f"{key} must be a finite number of milliseconds >= 0, got {shown_setting(key, value)}"
     if isinstance(value, str):
         try:  # not float(): it takes "1_5" as 15.0 and non-ASCII digits
             number = parse_float(value, field=key, finite=False)
@@ -171,7 +173,7 @@ def parse_int(key: str, value: object, *, minimum: int, maximum: int = INT32_MAX
     2), or -1 (off) for any value <= 0 when `allow_off`. A string is decimal digits with an optional
     sign (not isdigit(): it is true for '²', and lstrip("-") let '--5' through)."""
     off = " (or <= 0: off)" if allow_off else ""
-    problem = f"{key} must be an integer in {minimum}..{maximum}{off}, got {_shown(key, value)}"
+    problem = f"{key} must be an integer in {minimum}..{maximum}{off}, got {shown_setting(key, value)}"
     number: int
     if isinstance(value, bool):
         raise ValueError(problem)
@@ -212,7 +214,7 @@ def parse_bool(key: str, value: object) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ValueError(f"{key} must be true or false, got {_shown(key, value)}")
+    raise ValueError(f"{key} must be true or false, got {shown_setting(key, value)}")
 
 
 def _request_size(config: Mapping[str, object]) -> int:

@@ -1,8 +1,9 @@
 """TLS and SASL settings under librdkafka's names, mapped onto aiokafka's client arguments.
 
 Secrets (`sasl.password`, `ssl.key.password`) never reach a log line, an error message, `repr` or
-`stats()`: errors name the key, never its value, and `SecuritySettings.__repr__` leaves out every
-key librdkafka flags sensitive (the user name and the key's path as well).
+`stats()`: of every key librdkafka flags sensitive (the user name and the private key's path as
+well) errors name the key and show its value as `<str, hidden>` (`config.shown_setting`), and
+`SecuritySettings.__repr__` leaves them out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from aiokafka.helpers import create_ssl_context
 
 from rebalancer import _secrets
-from rebalancer.produce.config import parse_bool
+from rebalancer.produce.config import parse_bool, shown_setting
 
 __all__ = ["PROTOCOLS", "SASL_MECHANISMS", "SECURITY_KEYS", "SecuritySettings"]
 
@@ -33,8 +34,7 @@ def _text(config: Mapping[str, object], key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        shown = type(value).__name__ if key in SECRET_KEYS else repr(value)
-        raise ValueError(f"{key} must be a non-empty string, got {shown}")
+        raise ValueError(f"{key} must be a non-empty string, got {shown_setting(key, value)}")
     return value
 
 
@@ -99,7 +99,7 @@ class SecuritySettings:
         files = {key: _text(config, key) for key in _SSL_FILES}
         for key, path in files.items():
             if path is not None and not os.path.isfile(path):
-                raise ValueError(f"{key} {path!r} does not exist or is not a file")
+                raise ValueError(f"{key} {shown_setting(key, path)} does not exist or is not a file")
         key_password = _text(config, "ssl.key.password")
         if key_password is not None and files["ssl.key.location"] is None:
             raise ValueError("ssl.key.password needs ssl.key.location")
@@ -125,11 +125,15 @@ class SecuritySettings:
         if self.protocol not in ("SSL", "SASL_SSL"):
             return None
         # The CA and the client certificate load in two steps, so an error names the keys actually
-        # set for the file that failed (and its path: a path is not a secret), never the password.
+        # set for the file that failed (and the certificates' paths; the private key's is sensitive).
         try:
             context = create_ssl_context(cafile=self.ca_location)
         except (ssl.SSLError, OSError) as exc:
-            where = f"ssl.ca.location {self.ca_location!r}" if self.ca_location else "the system's CA certificates"
+            where = (
+                f"ssl.ca.location {shown_setting('ssl.ca.location', self.ca_location)}"
+                if self.ca_location
+                else "the system's CA certificates"
+            )
             raise ValueError(
                 f"{where} could not be loaded (not a PEM file of CA certificates): {_reason(exc)}"
             ) from None
@@ -137,9 +141,9 @@ class SecuritySettings:
             try:
                 context.load_cert_chain(self.certificate_location, self.key_location, self.key_password)
             except (ssl.SSLError, OSError) as exc:
-                files = f"ssl.certificate.location {self.certificate_location!r}"
+                files = f"ssl.certificate.location {shown_setting('ssl.certificate.location', self.certificate_location)}"
                 if self.key_location is not None:
-                    files += f" and ssl.key.location {self.key_location!r}"
+                    files += f" and ssl.key.location {shown_setting('ssl.key.location', self.key_location)}"
                 why = (
                     "wrong ssl.key.password, or not a PEM certificate and key"
                     if self.key_password is not None

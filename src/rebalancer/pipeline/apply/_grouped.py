@@ -185,7 +185,8 @@ def grouped_map(
     the frame applyInPandas would give them (`tables`: as an Arrow table, for func's iterator
     form, which converts them batch by batch), and the outputs leave in batches of about
     OUTPUT_ROWS rows, converted as applyInPandas converts them. The function's code is named
-    `name`, func's: Spark's worker logs under the name of the function it calls.
+    `balanced_apply[NAME]` (`task_name`), NAME being func's: Spark's worker logs under the name of
+    the function it calls, which is this one, and a traceback shows this frame as ours, not as func.
 
     Why not Spark's `groupBy().applyInPandas()`: it converts every group to pandas and back on
     its own, a fixed cost per group that is a large part of a small key's cost. Here a batch's
@@ -283,7 +284,16 @@ def grouped_map(
             yield from gather(run_item(current, pa.Table.from_batches(pieces).combine_chunks()))
         yield from flush()
 
-    return renamed(grouped_map, name)
+    return renamed(grouped_map, task_name("balanced_apply", name))
+
+
+def task_name(stage: str, name: str) -> str:
+    """The code name of a task function of ours that runs the user's function `name`: `stage[name]`.
+
+    Spark's worker names a log record's context (`python_worker_logs()`'s func_name) after the
+    outermost frame it calls, which is ours, so the user's function is named there (as applyInPandas
+    names it); and a traceback shows the same frame, which must not pass for the user's code."""
+    return f"{stage}[{name}]"
 
 
 def make_merge(
@@ -291,7 +301,8 @@ def make_merge(
 ) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """Second stage: a split key's partial outputs go through `combine`, everything else passes.
     An exception in combine is re-raised as it is, with a note naming the split key; the function
-    Spark calls is named `name`, combine's, as `grouped_map` is named after func."""
+    Spark calls is named `balanced_apply.combine[NAME]`, NAME being combine's, as `grouped_map`'s
+    names func."""
 
     def merge(frame: pd.DataFrame) -> pd.DataFrame:
         partials = frame[columns]
@@ -304,4 +315,4 @@ def make_merge(
                 raise
         return partials
 
-    return renamed(merge, name)
+    return renamed(merge, task_name("balanced_apply.combine", name))

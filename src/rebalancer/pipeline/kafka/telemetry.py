@@ -93,7 +93,7 @@ def shown_url(text: str) -> str:
     """A `kafka://` URL as an error quotes it: secret options' values and any password as ***; and
     so secret `key=value` pairs in its path, where a topic holds no '=': a '?' forgotten or mistyped
     (`kafka://h:9092/t&kafka.sasl.password=...`) leaves options there."""
-    masked = masked_url(text, is_secret_option)
+    masked = masked_url(text, is_secret_option, at_in_path=False)  # a topic holds no '@': any is user info
     scheme, sep, rest = masked.partition("://")
     authority, slash, path = rest.partition("/")
     if not sep or not slash:
@@ -240,7 +240,7 @@ def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> Kafk
         # Read as a person writes it: `kafka://bob:pa?ss@host/t` is a user and password, not a query.
         raise ValueError(
             f"input: a kafka:// URL takes no user or password (give the options kafka.sasl.username and "
-            f"kafka.sasl.password), got {shown_url(text)!r}"
+            f"kafka.sasl.password; an '@' in an option's value: write it as %40), got {shown_url(text)!r}"
         )
     if "#" in text:  # urlsplit drops all after it: a topic or an option's value cut short, silently
         raise ValueError(

@@ -7,7 +7,7 @@ import sys
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from rebalancer.pipeline.session import spark_error_reason
 from rebalancer.pipeline.sinks._pg_types import _first_line
@@ -21,8 +21,9 @@ _ENCODE_HINT = "percent-encode it (urllib.parse.quote(password, safe=''))"
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # A `password=` / `sslpassword=` field of a conninfo or URL query: quoted the way libpq quotes, or up to a space.
 _SECRET_FIELD = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
-# The password component of any postgresql:// URL in a text (its userinfo ends at the authority's '@').
-_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/?#@]*):[^\s/?#@]*@", re.IGNORECASE)
+# The user info (user and password) of any postgresql:// URL in a text (it ends at the authority's
+# '@'): hidden whole, as `rebalancer._secrets.masked_url` hides every URL's.
+_URL_USER_INFO = re.compile(r"(postgres(?:ql)?://)[^\s/?#@]*@", re.IGNORECASE)
 
 
 def _scheme_only(url: object) -> str:
@@ -39,7 +40,7 @@ def _display_url(params: dict[str, Any]) -> str:
     user = params.get("user")
     database = params.get("dbname") or ""
     where = f"{host}:{port}" if port else str(host)
-    return f"postgresql://{quote(user, safe='') + '@' if user else ''}{where}/{database}"
+    return f"postgresql://{'***@' if user else ''}{where}/{database}"  # a user name as *** (masked_url's rule)
 
 
 def _url_error(shown: str, problem: str) -> ValueError:
@@ -80,7 +81,7 @@ def _read_url(url: str) -> tuple[dict[str, str], str]:
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if "@" in userinfo:
         raise _url_error(anonymous, "the URL's user or password holds '@'")
-    shown = f"{anonymous}{at}{hostport}{parts.path}"  # no query: it may hold password=
+    shown = f"{scheme}://{'***' if at else ''}{at}{hostport}{parts.path}"  # no query: it may hold password=
     if _BAD_PERCENT.search(userinfo):
         raise _url_error(shown, "the URL's user or password holds '%' not followed by two hex digits")
     if "%00" in userinfo:
@@ -89,9 +90,8 @@ def _read_url(url: str) -> tuple[dict[str, str], str]:
         unquote(userinfo, errors="strict")
     except UnicodeDecodeError:
         raise _url_error(shown, "the URL's user or password is not UTF-8 once percent-decoded") from None
-    user, colon, _ = userinfo.partition(":")
     rest = url[len(scheme) + 3 + len(parts.netloc) :]
-    masked = f"{scheme}://{user}{':***' if colon else ''}{at}{hostport}{rest}"
+    masked = f"{scheme}://{'***' if at else ''}{at}{hostport}{rest}"
     try:
         params = conninfo_to_dict(url)
     except Exception as exc:  # psycopg.ProgrammingError: a bad host, port or parameter; libpq quotes the URL
@@ -115,7 +115,7 @@ def _redacted_text(text: str, masks: Mapping[str, str]) -> str:
     for raw, masked in masks.items():
         text = text.replace(raw, masked)
     text = _SECRET_FIELD.sub(r"\1***", text)
-    return _URL_PASSWORD.sub(r"\1:***@", text)
+    return _URL_USER_INFO.sub(r"\1***@", text)
 
 
 def _python_error(exc: BaseException) -> str:
