@@ -12,7 +12,9 @@ else (`out/shedding/` from `rebalancer shedding compare`, a user's notes) is lef
 in one line when this run would write the same name. A directory written before manifests (by an
 older rebalancer) counts as a run's only the names a run writes (metrics/, quarantine/,
 summary.json, …, the handler folders its summary.json names, a `_checkpoint/` that holds a
-checkpoint), never any other name. error and overwrite runs are written beside the previous run and
+checkpoint), never any other name. A manifest also records the directory's role (output,
+report-dir, checkpoint), and no run writes it in another role: a report-dir over an older run's
+output replaced its metrics/ and quarantine/. error and overwrite runs are written beside the previous run and
 swapped in at the end (`_output_swap`), so an interrupted run never loses the previous one.
 
 Without this, `--mode overwrite` deleted `out/shedding/` and its plots, an input inside the output
@@ -90,6 +92,12 @@ class RunDir:
     def key(self) -> str:
         return location_key(self.location)
 
+    @property
+    def role(self) -> str:
+        """What the directory is, recorded in its manifest: a run's output (its report too, when the
+        report is written there), else a report-dir or a checkpoint."""
+        return "output" if "output" in self.roles else self.roles[0]
+
 
 def external_checkpoint(request: RunRequest) -> str | Path | None:
     """A stream's --checkpoint when it is not OUTPUT/_checkpoint (which is one of the output's entries)."""
@@ -135,6 +143,7 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
 class Manifest:
     run: str  # the token of the run that wrote it
     entries: frozenset[str]
+    role: str | None = None  # RunDir.role of the run that wrote it; None in a manifest older than roles
 
 
 def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
@@ -147,9 +156,15 @@ def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
         return None
     entries = data.get("entries") if isinstance(data, dict) else None
     run = data.get("run") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not all(isinstance(n, str) for n in entries) or not isinstance(run, str):
+    role = data.get("role") if isinstance(data, dict) else None
+    if (
+        not isinstance(entries, list)
+        or not all(isinstance(n, str) for n in entries)
+        or not isinstance(run, str)
+        or (role is not None and role not in KNOWN)
+    ):
         raise ValueError(f"{path} is not a run's manifest ({{run, entries}}): restore it, or remove it")
-    return Manifest(run, frozenset(entries))
+    return Manifest(run, frozenset(entries), role)
 
 
 @dataclass(frozen=True)
@@ -178,6 +193,11 @@ class Leftover:
     @property
     def manifest(self) -> list[str]:
         return [str(n) for n in (self.info or {}).get("manifest", self.entries)]
+
+    @property
+    def role(self) -> str | None:
+        role = (self.info or {}).get("role")
+        return role if role in KNOWN else None
 
     def moved_in(self, names: set[str]) -> set[str]:
         """The new run's entries already moved into DIR: listed, present, no longer staged."""
@@ -259,6 +279,7 @@ class DirState:
     owned: frozenset[str]
     leftovers: tuple[Leftover, ...]
     holds_checkpoint: bool
+    previous: str | None  # a previous run's RunDir.role there; None: no run, or only a report from before roles
 
     @property
     def foreign(self) -> frozenset[str]:
@@ -304,11 +325,30 @@ def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
         if leftover.committed is False:
             names = (names - leftover.moved_in(names)) | set(leftover.aside_names)
         elif leftover.committed and (manifest is None or manifest.run != leftover.token) and leftover.swapping:
-            manifest = Manifest(leftover.token, frozenset(leftover.manifest))  # its swap's last step
+            manifest = Manifest(leftover.token, frozenset(leftover.manifest), leftover.role)  # its swap's last step
     owned = names & manifest.entries if manifest is not None else _legacy_owned(fs, run_dir, names)
     asides = [lo.aside for lo in leftovers if lo.committed is False and lo.has_aside]
     holds = manifest is not None or _is_checkpoint(fs, [run_dir.location, *asides])
-    return DirState(run_dir, frozenset(names), manifest, frozenset(owned), tuple(leftovers), holds)
+    previous = _previous_role(manifest, names, holds and manifest is None)
+    return DirState(run_dir, frozenset(names), manifest, frozenset(owned), tuple(leftovers), holds, previous)
+
+
+# What a run's directory holds that only one kind of directory does; report files are in both an
+# output and a report-dir, so a directory holding only a report has no role that refuses another.
+_ONLY = {"output": frozenset({"metrics", "quarantine", CHECKPOINT}), "checkpoint": frozenset(CHECKPOINT_ENTRIES)}
+
+
+def _previous_role(manifest: Manifest | None, names: set[str], checkpoint: bool) -> str | None:
+    """What a previous run wrote the directory as: its manifest's role, else what its entries are
+    (a manifest from before roles, or a directory from before manifests: metrics/ beside a
+    summary.json is an output, a stream's query/metadata a checkpoint)."""
+    if manifest is not None:
+        if manifest.role is not None:
+            return manifest.role
+        return next((role for role, only in _ONLY.items() if manifest.entries & only), None)
+    if "summary.json" in names and names & {"metrics", "quarantine"}:
+        return "output"
+    return "checkpoint" if checkpoint else None
 
 
 def _shown(names: list[str] | frozenset[str]) -> str:
@@ -337,10 +377,25 @@ def refuse_busy(state: DirState) -> None:
             )
 
 
+def refuse_role(state: DirState) -> None:
+    """A directory is written only as what it was: a report-dir never replaces an older run's
+    metrics/ and quarantine/, an output never a stream's checkpoint (in any mode: append writes in
+    place). Without this, `--report-dir OLD_OUTPUT --mode overwrite` deleted that run's data."""
+    run_dir = state.dir
+    if state.previous is None or state.previous == run_dir.role:
+        return
+    why = f"its {MANIFEST} says so" if state.manifest is not None else f"it holds {_shown(state.names)}"
+    raise ValueError(
+        f"{run_dir.field} {run_dir.location} is a run's {state.previous} directory ({why}), and only a run's "
+        f"{state.previous} replaces it: give another --{run_dir.field}"
+    )
+
+
 def _refuse_dir(state: DirState, mode: str) -> None:
     run_dir = state.dir
     where = f"{run_dir.field} {run_dir.location}"
     refuse_busy(state)
+    refuse_role(state)
     if run_dir.roles == ("checkpoint",) and state.names and not state.holds_checkpoint:
         raise ValueError(
             f"checkpoint {run_dir.location} holds no stream's checkpoint (no query/metadata, no "

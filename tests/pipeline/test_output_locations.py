@@ -1,0 +1,131 @@
+"""Where a run writes, against what is there and against each other, without Spark (the real checks,
+manifests, staging and swap, the engine replaced by `output_safety_runs.fake_run`).
+
+The attack on issue 42's fixes: `--report-dir OLD_OUTPUT --mode overwrite` deleted that run's
+metrics/ and quarantine/ (F1); a report-dir or checkpoint inside the output failed only at the swap
+(F5); a report-dir in the input was accepted (F6); a `file://u:PW@/x` report-dir was a relative path
+and showed its password (F2).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from output_safety_runs import fake_run, tree
+
+from rebalancer.pipeline.generate import GenerateConfig, generate
+from rebalancer.pipeline.output_mode import OUTPUT_MODES
+from rebalancer.pipeline.runner import RunRequest
+
+EXE = str(Path(sys.executable).with_name("rebalancer"))
+OLD_OUTPUT = [
+    "_manifest.json",
+    "metrics/date=2026-01-01/part-0.parquet",
+    "metrics/date=2026-01-02/part-0.parquet",
+    "plan.json",
+    "quarantine/part-0.parquet",
+    "report.html",
+    "summary.json",
+]
+
+
+def _request(out: Path, **fields: object) -> RunRequest:
+    return RunRequest(input="data", output=out, **fields)  # type: ignore[arg-type]
+
+
+def _old_output(tmp_path: Path) -> Path:
+    """An older run's output: its data, its report, its manifest."""
+    old = tmp_path / "old"
+    fake_run(_request(old), "old")
+    assert sorted(tree(old)) == OLD_OUTPUT
+    assert json.loads((old / "_manifest.json").read_text())["role"] == "output"
+    return old
+
+
+@pytest.mark.parametrize("mode", OUTPUT_MODES)
+def test_a_report_dir_that_is_an_older_runs_output_is_refused_and_kept(tmp_path: Path, mode: str) -> None:
+    old = _old_output(tmp_path)
+    before = tree(old)
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(tmp_path / "new", report_dir=old, mode=mode), "new")
+    assert str(caught.value) == (
+        f"report-dir {old} is a run's output directory (its _manifest.json says so), and only a run's "
+        "output replaces it: give another --report-dir"
+    )
+    assert tree(old) == before  # metrics/ and quarantine/ too, every byte
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("manifest", ["without a role", "none"])
+def test_an_older_output_without_a_role_in_its_manifest_is_known_by_its_entries(tmp_path: Path, manifest: str) -> None:
+    old = _old_output(tmp_path)
+    if manifest == "none":  # written before manifests
+        (old / "_manifest.json").unlink()
+        why = "it holds metrics, plan.json, quarantine, …"
+    else:  # written before roles
+        data = json.loads((old / "_manifest.json").read_text())
+        (old / "_manifest.json").write_text(json.dumps({k: v for k, v in data.items() if k != "role"}))
+        why = "its _manifest.json says so"
+    before = tree(old)
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(tmp_path / "new", report_dir=old, mode="overwrite"), "new")
+    assert str(caught.value) == (
+        f"report-dir {old} is a run's output directory ({why}), and only a run's output replaces it: give another --report-dir"
+    )
+    assert tree(old) == before
+
+
+def test_a_checkpoint_that_is_an_older_runs_output_is_refused_and_kept(tmp_path: Path) -> None:
+    old = _old_output(tmp_path)
+    before = tree(old)
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(tmp_path / "new", stream=True, checkpoint=old, mode="overwrite"), "new")
+    assert str(caught.value) == (
+        f"checkpoint {old} is a run's output directory (its _manifest.json says so), and only a run's "
+        "output replaces it: give another --checkpoint"
+    )
+    assert tree(old) == before
+
+
+def test_an_output_that_is_a_streams_checkpoint_is_refused_and_kept(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ck"
+    fake_run(_request(tmp_path / "first", stream=True, checkpoint=checkpoint), "first")
+    assert json.loads((checkpoint / "_manifest.json").read_text())["role"] == "checkpoint"
+    before = tree(checkpoint)
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(checkpoint, mode="overwrite"), "second")
+    assert str(caught.value) == (
+        f"output {checkpoint} is a run's checkpoint directory (its _manifest.json says so), and only a run's "
+        "checkpoint replaces it: give another --output"
+    )
+    assert tree(checkpoint) == before
+
+
+def test_a_report_dir_is_overwritten_as_a_report_dir(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    fake_run(_request(tmp_path / "out", report_dir=reports), "first")
+    assert json.loads((reports / "_manifest.json").read_text())["role"] == "report-dir"
+    fake_run(_request(tmp_path / "out", report_dir=reports, mode="overwrite"), "second")
+    assert {name: (reports / name).read_text() for name in ("plan.json", "report.html", "summary.json")} == {
+        "plan.json": "second", "report.html": "second", "summary.json": "second"
+    }
+
+
+def test_the_cli_refuses_an_older_output_as_report_dir_in_one_line(tmp_path: Path) -> None:
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    old = _old_output(tmp_path)
+    before = tree(old)
+    result = subprocess.run(
+        [EXE, "pipeline", "run", "--input", "data", "--out", "new", "--report-dir", "old", "--mode", "overwrite"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "rebalancer: error: report-dir old is a run's output directory (its _manifest.json says so), and only "
+        "a run's output replaces it: give another --report-dir\n"
+    )
+    assert tree(old) == before
