@@ -129,3 +129,38 @@ def test_the_cli_refuses_an_older_output_as_report_dir_in_one_line(tmp_path: Pat
         "a run's output replaces it: give another --report-dir\n"
     )
     assert tree(old) == before
+
+
+@pytest.mark.parametrize("field", ["input", "output", "report_dir", "plan_from"])
+def test_a_file_uri_with_a_user_is_refused_in_every_location_field_its_password_masked(field: str) -> None:
+    fields: dict[str, object] = {"input": "data", "output": "out", field: "file://u:PW@/x"}
+    with pytest.raises(ValueError) as caught:
+        RunRequest(**fields)  # type: ignore[arg-type]
+    label = field.replace("_", "-")
+    assert str(caught.value) == f"{label}: a file: URI names a local path, got the host 'u:***@' in file://u:***@/x"
+
+
+def test_the_cli_refuses_a_report_dir_file_uri_with_a_password_and_creates_nothing(tmp_path: Path) -> None:
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    result = subprocess.run(
+        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--report-dir", f"file://u:PW@{tmp_path}/r"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"rebalancer: error: report-dir: a file: URI names a local path, got the host 'u:***@' in file://u:***@{tmp_path}/r\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no ./file:/u:PW@/…
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [(["pipeline", "generate", "--out"], "--out/--output"), (["shedding", "compare", "--out"], "--out")],
+)
+def test_a_local_path_flag_refuses_a_uri_its_password_masked(tmp_path: Path, args: list[str], flag: str) -> None:
+    result = subprocess.run([EXE, *args, "file://u:PW@/x"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1] == (
+        f"rebalancer {' '.join(args[:2])}: error: argument {flag}: takes a local path, got the URI 'file://u:***@/x'"
+    )
+    assert list(tmp_path.iterdir()) == []
