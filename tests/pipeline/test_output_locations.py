@@ -164,3 +164,56 @@ def test_a_local_path_flag_refuses_a_uri_its_password_masked(tmp_path: Path, arg
         f"rebalancer {' '.join(args[:2])}: error: argument {flag}: takes a local path, got the URI 'file://u:***@/x'"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"report_dir": "out/metrics"}, "report-dir {t}/out/metrics is inside the output {t}/out"),
+        ({"report_dir": "out/x/y"}, "report-dir {t}/out/x/y is inside the output {t}/out"),
+        ({"report_dir": "."}, "output {t}/out is inside the report-dir {t}"),
+        ({"stream": True, "checkpoint": "out/x"}, "checkpoint {t}/out/x is inside the output {t}/out"),
+        ({"stream": True, "checkpoint": "."}, "output {t}/out is inside the checkpoint {t}"),
+        ({"stream": True, "checkpoint": "r/ck", "report_dir": "r"}, "checkpoint {t}/r/ck is inside the report-dir {t}/r"),
+    ],
+)
+def test_nested_run_directories_are_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fields: dict[str, object], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    located = {k: tmp_path / v if isinstance(v, str) else v for k, v in fields.items()}
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(tmp_path / "out", **located), "run")
+    flag = message.split()[0]
+    assert str(caught.value) == (
+        message.format(t=tmp_path) + ": a run's directories (output, report-dir, checkpoint) must be apart: "
+        f"give another --{flag}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, nothing staged
+
+
+@pytest.mark.parametrize("other", ["out", "reports"])
+def test_a_checkpoint_that_is_another_run_directory_is_refused(tmp_path: Path, other: str) -> None:
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(out, report_dir=reports, stream=True, checkpoint=tmp_path / other), "run")
+    field = {"out": "output", "reports": "report-dir"}[other]
+    assert str(caught.value) == (
+        f"checkpoint {tmp_path / other} is the {field} too: a run's directories (output, report-dir, checkpoint) "
+        "must be apart: give another --checkpoint"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_refuses_a_report_dir_inside_the_output_before_spark(tmp_path: Path) -> None:
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    result = subprocess.run(
+        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--report-dir", "out/metrics"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "rebalancer: error: report-dir out/metrics is inside the output out: a run's directories (output, "
+        "report-dir, checkpoint) must be apart: give another --report-dir\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

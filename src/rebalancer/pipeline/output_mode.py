@@ -139,6 +139,31 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
     return list(dirs.values())
 
 
+def _inside(inner: str, outer: str) -> bool:
+    """Location keys: `inner` is under `outer` (a local path's or a URI's, by its '/'s)."""
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def refuse_nesting(dirs: list[RunDir]) -> None:
+    """A run's directories are apart: one inside another (a --report-dir out/metrics) was written
+    into the other's staging and failed only at the swap, after the whole run. The output with its
+    own report (report-dir = output) is one directory, and a stream's OUTPUT/_checkpoint one of its
+    entries; any other pair that is one directory, or nested, is refused before any work."""
+    for run_dir in dirs:
+        if "checkpoint" in run_dir.roles and len(run_dir.roles) > 1:
+            raise ValueError(
+                f"checkpoint {run_dir.location} is the {run_dir.field} too: a run's directories (output, "
+                "report-dir, checkpoint) must be apart: give another --checkpoint"
+            )
+    for inner in dirs:
+        for outer in dirs:
+            if inner is not outer and _inside(inner.key, outer.key):
+                raise ValueError(
+                    f"{inner.field} {inner.location} is inside the {outer.field} {outer.location}: a run's "
+                    f"directories (output, report-dir, checkpoint) must be apart: give another --{inner.field}"
+                )
+
+
 @dataclass(frozen=True)
 class Manifest:
     run: str  # the token of the run that wrote it
@@ -430,7 +455,9 @@ def _layout(fs: RunFS, output: str | Path) -> str | None:
 def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
     """The output mode's refusals for every directory `request` writes in, before anything is written
     there or replaced; returns what was found (None for a remote directory without `spark`)."""
-    states = [inspect_dir(run_dir, spark) for run_dir in run_dirs(request)]
+    dirs = run_dirs(request)
+    refuse_nesting(dirs)
+    states = [inspect_dir(run_dir, spark) for run_dir in dirs]
     for state in states:
         if state is not None:
             _refuse_dir(state, request.mode)
