@@ -217,3 +217,27 @@ def test_the_cli_refuses_a_report_dir_inside_the_output_before_spark(tmp_path: P
         "report-dir, checkpoint) must be apart: give another --report-dir\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+@pytest.mark.parametrize("report_dir", ["data", "data/reports", "."])
+def test_the_cli_refuses_a_report_dir_overlapping_the_input(tmp_path: Path, report_dir: str) -> None:
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    before = tree(tmp_path / "data")
+    result = subprocess.run(
+        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--report-dir", report_dir],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"rebalancer: error: report-dir {report_dir} overlaps the input data\n"
+    assert tree(tmp_path / "data") == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_the_library_checks_a_report_dir_against_the_input(tmp_path: Path) -> None:
+    from rebalancer.pipeline.ingest import check_output, inspect_input
+
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    spec = inspect_input(tmp_path / "data")
+    with pytest.raises(ValueError) as caught:
+        check_output(tmp_path / "out", spec, report_dir=tmp_path / "data" / "r")
+    assert str(caught.value) == f"report-dir {tmp_path / 'data' / 'r'} overlaps the input {tmp_path / 'data'}"
+    check_output(tmp_path / "out", spec, report_dir=tmp_path / "reports")  # apart: fine

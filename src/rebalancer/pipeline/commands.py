@@ -326,7 +326,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = resolve_input(request)
     checkpoint = request.checkpoint_location
     if spec is not None and not is_remote(args.output) and not is_remote(checkpoint):
-        check_output(args.output, spec, checkpoint)  # a remote output is checked by the run, through Spark
+        # A remote location is checked by the run, through Spark.
+        reports = None if is_remote(request.report_dir) else request.report_dir
+        check_output(args.output, spec, checkpoint, report_dir=reports)
     request.check_output()  # --mode: a local output already holding a run is refused before Spark starts
     from rebalancer.pipeline.sinks import open_sink
 
