@@ -241,3 +241,25 @@ def test_the_library_checks_a_report_dir_against_the_input(tmp_path: Path) -> No
         check_output(tmp_path / "out", spec, report_dir=tmp_path / "data" / "r")
     assert str(caught.value) == f"report-dir {tmp_path / 'data' / 'r'} overlaps the input {tmp_path / 'data'}"
     check_output(tmp_path / "out", spec, report_dir=tmp_path / "reports")  # apart: fine
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("where", ["data", "data/store", "data/date=1"])
+def test_balanced_apply_refuses_a_store_in_the_directory_it_reads(spark, tmp_path: Path, where: str) -> None:
+    import pandas as pd
+
+    from rebalancer.pipeline import balanced_apply
+
+    data = tmp_path / "data"
+    spark.createDataFrame([(1, "a"), (2, "b")], "date int, key string").write.partitionBy("date").parquet(str(data))
+    before = tree(data)
+    frame = spark.read.parquet(str(data))
+    with pytest.raises(ValueError) as caught:
+        balanced_apply(frame, "key", lambda p: pd.DataFrame({"n": [len(p)]}), "n long", partitions=2, store=tmp_path / where)
+    assert str(caught.value) == (
+        f"store {tmp_path / where} is in the input directory {data} that the frame reads: its plan.json would be "
+        "read as data: give a store outside it"
+    )
+    assert tree(data) == before
+    done = balanced_apply(frame, "key", lambda p: pd.DataFrame({"n": [len(p)]}), "n long", partitions=2, store=tmp_path / "s")
+    assert sorted(done.frame.toPandas()["n"]) == [1, 1] and (tmp_path / "s" / "plan.json").exists()
