@@ -263,3 +263,72 @@ def test_balanced_apply_refuses_a_store_in_the_directory_it_reads(spark, tmp_pat
     assert tree(data) == before
     done = balanced_apply(frame, "key", lambda p: pd.DataFrame({"n": [len(p)]}), "n long", partitions=2, store=tmp_path / "s")
     assert sorted(done.frame.toPandas()["n"]) == [1, 1] and (tmp_path / "s" / "plan.json").exists()
+
+
+def tree_empty() -> str:
+    """sha256 of no bytes: an empty file in a `tree`."""
+    import hashlib
+
+    return hashlib.sha256(b"").hexdigest()
+
+
+def _group_output(out: Path, summary: dict[str, object]) -> dict[str, str]:
+    """A Kafka group run's (or a stream's) output: batch_id=0, and the summary naming its source."""
+    (out / "metrics" / "batch_id=0").mkdir(parents=True)
+    (out / "metrics" / "batch_id=0" / "part-0.parquet").write_text("theirs")
+    (out / "summary.json").write_text(json.dumps(summary))
+    entries = ["metrics", "summary.json"]
+    (out / "_manifest.json").write_text(json.dumps({"version": 1, "run": "t0", "entries": entries, "role": "output"}))
+    return tree(out)
+
+
+def _group(group: str, topic: str | None = "t") -> dict[str, object]:
+    named = {"group": group, "batch_id": 0, "start": {"0": 0}, "end": {"0": 5}}
+    return {"kafka_group": {**named, "topic": topic} if topic is not None else named}
+
+
+@pytest.mark.parametrize(
+    ("theirs", "url", "shown"),
+    [
+        (_group("g1"), "kafka://embedded/t?group=g2", "group 'g1' on topic 't'"),
+        (_group("g1"), "kafka://embedded/u?group=g1", "group 'g1' on topic 't'"),
+        (_group("g1", topic=None), "kafka://embedded/t?group=g2", "group 'g1'"),  # a summary from before topics
+        ({"batches": 3}, "kafka://embedded/t?group=g2", "a stream"),
+    ],
+)
+def test_a_group_run_never_appends_over_another_sources_batches(
+    tmp_path: Path, theirs: dict[str, object], url: str, shown: str
+) -> None:
+    out = tmp_path / "out"
+    before = _group_output(out, theirs)
+    ours = url.removeprefix("kafka://embedded/").split("?group=")
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input=url, output=out, mode="append").check_output()
+    assert str(caught.value) == (
+        f"output {out} holds the batches of {shown}; --mode append would number this run's (group {ours[1]!r} on "
+        f"topic {ours[0]!r}) over them: give another --output, or --mode overwrite"
+    )
+    RunRequest(input=url, output=out, mode="overwrite").check_output()  # replaces them: fine
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("topic", ["t", None])
+def test_a_group_run_appends_to_its_own_groups_batches(tmp_path: Path, topic: str | None) -> None:
+    out = tmp_path / "out"
+    _group_output(out, _group("g1", topic))
+    RunRequest(input="kafka://embedded/t?group=g1", output=out, mode="append").check_output()
+
+
+def test_the_cli_refuses_another_groups_append_before_spark(tmp_path: Path) -> None:
+    before = _group_output(tmp_path / "out", _group("g1"))
+    result = subprocess.run(
+        [EXE, "pipeline", "run", "--input", "kafka://embedded/t?group=g2", "--out", "out", "--mode", "append"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "rebalancer: error: output out holds the batches of group 'g1' on topic 't'; --mode append would number "
+        "this run's (group 'g2' on topic 't') over them: give another --output, or --mode overwrite\n"
+    )
+    after = tree(tmp_path / "out")
+    assert after.pop("_kafka_group.lock") == tree_empty() and after == before  # the claim's file, kept by design

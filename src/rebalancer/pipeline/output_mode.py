@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors
+from rebalancer.pipeline._output_append import refuse_mixed_append
 from rebalancer.pipeline._output_fs import (
     INFO,
     MANIFEST,
@@ -66,9 +67,6 @@ KNOWN = {
     "report-dir": frozenset({*REPORT_FILES, PLANS, SPARK_LOG}),
     "checkpoint": frozenset(CHECKPOINT_ENTRIES),
 }
-# How a run keys its metrics: each kind of run, and the folders it writes under OUTPUT/metrics/.
-BY_BATCH = "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/"
-BY_DATE = "a batch run's outputs, metrics/date=…/"
 
 
 @dataclass(frozen=True)
@@ -441,16 +439,6 @@ def _refuse_dir(state: DirState, mode: str) -> None:
         )
 
 
-def _layout(fs: RunFS, output: str | Path) -> str | None:
-    """How the run already in `output` keyed its metrics: by batch, by date, or None (no metrics)."""
-    names = fs.names(join(output, "metrics"))
-    if any(name.startswith("batch_id=") for name in names):
-        return BY_BATCH
-    if any(name.startswith("date=") for name in names):
-        return BY_DATE
-    return None
-
-
 @masks_errors  # its messages name the directories: a URI's password shows as ***
 def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
     """The output mode's refusals for every directory `request` writes in, before anything is written
@@ -461,16 +449,8 @@ def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) ->
     for state in states:
         if state is not None:
             _refuse_dir(state, request.mode)
-    output = states[0]  # run_dirs lists the output first
-    if request.mode == "append" and output is not None:
-        fs = RunFS(output.dir.location, spark)
-        ours = BY_BATCH if request.keyed_by_batch else BY_DATE
-        theirs = _layout(fs, output.dir.location)
-        if theirs is not None and theirs != ours:
-            raise ValueError(
-                f"output {request.output} holds {theirs}; --mode append would mix in {ours}: give another "
-                "--output or --mode overwrite"
-            )
+    if request.mode == "append":
+        refuse_mixed_append(request, states, spark)
     return states
 
 
