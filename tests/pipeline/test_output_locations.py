@@ -33,6 +33,12 @@ OLD_OUTPUT = [
 ]
 
 
+def _cli_refused(cwd: Path, args: list[str], message: str) -> None:
+    """`rebalancer pipeline run ARGS` in `cwd` is refused in one line on stderr, exit 2."""
+    result = subprocess.run([EXE, "pipeline", "run", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"rebalancer: error: {message}\n")
+
+
 def _request(out: Path, **fields: object) -> RunRequest:
     return RunRequest(input="data", output=out, **fields)  # type: ignore[arg-type]
 
@@ -79,30 +85,35 @@ def test_an_older_output_without_a_role_in_its_manifest_is_known_by_its_entries(
     assert tree(old) == before
 
 
+def _refused_and_kept(kept: Path, request: RunRequest, message: str) -> None:
+    """`request` is refused with `message`, and `kept` is as it was, every byte."""
+    before = tree(kept)
+    with pytest.raises(ValueError) as caught:
+        fake_run(request, "new")
+    assert str(caught.value) == message
+    assert tree(kept) == before
+
+
 def test_a_checkpoint_that_is_an_older_runs_output_is_refused_and_kept(tmp_path: Path) -> None:
     old = _old_output(tmp_path)
-    before = tree(old)
-    with pytest.raises(ValueError) as caught:
-        fake_run(_request(tmp_path / "new", stream=True, checkpoint=old, mode="overwrite"), "new")
-    assert str(caught.value) == (
+    _refused_and_kept(
+        old,
+        _request(tmp_path / "new", stream=True, checkpoint=old, mode="overwrite"),
         f"checkpoint {old} is a run's output directory (its _manifest.json says so), and only a run's "
-        "output replaces it: give another --checkpoint"
+        "output replaces it: give another --checkpoint",
     )
-    assert tree(old) == before
 
 
 def test_an_output_that_is_a_streams_checkpoint_is_refused_and_kept(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ck"
     fake_run(_request(tmp_path / "first", stream=True, checkpoint=checkpoint), "first")
     assert json.loads((checkpoint / "_manifest.json").read_text())["role"] == "checkpoint"
-    before = tree(checkpoint)
-    with pytest.raises(ValueError) as caught:
-        fake_run(_request(checkpoint, mode="overwrite"), "second")
-    assert str(caught.value) == (
+    _refused_and_kept(
+        checkpoint,
+        _request(checkpoint, mode="overwrite"),
         f"output {checkpoint} is a run's checkpoint directory (its _manifest.json says so), and only a run's "
-        "checkpoint replaces it: give another --output"
+        "checkpoint replaces it: give another --output",
     )
-    assert tree(checkpoint) == before
 
 
 def test_a_report_dir_is_overwritten_as_a_report_dir(tmp_path: Path) -> None:
@@ -119,15 +130,10 @@ def test_the_cli_refuses_an_older_output_as_report_dir_in_one_line(tmp_path: Pat
     generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
     old = _old_output(tmp_path)
     before = tree(old)
-    result = subprocess.run(
-        [EXE, "pipeline", "run", "--input", "data", "--out", "new", "--report-dir", "old", "--mode", "overwrite"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        "rebalancer: error: report-dir old is a run's output directory (its _manifest.json says so), and only "
-        "a run's output replaces it: give another --report-dir\n"
-    )
+    _cli_refused(tmp_path, ["--input", "data", "--out", "new", "--report-dir", "old", "--mode", "overwrite"], (
+        "report-dir old is a run's output directory (its _manifest.json says so), and only "
+        "a run's output replaces it: give another --report-dir"
+    ))
     assert tree(old) == before
 
 
@@ -142,14 +148,9 @@ def test_a_file_uri_with_a_user_is_refused_in_every_location_field_its_password_
 
 def test_the_cli_refuses_a_report_dir_file_uri_with_a_password_and_creates_nothing(tmp_path: Path) -> None:
     generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
-    result = subprocess.run(
-        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--report-dir", f"file://u:PW@{tmp_path}/r"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        f"rebalancer: error: report-dir: a file: URI names a local path, got the host 'u:***@' in file://u:***@{tmp_path}/r\n"
-    )
+    _cli_refused(tmp_path, ["--input", "data", "--out", "out", "--report-dir", f"file://u:PW@{tmp_path}/r"], (
+        f"report-dir: a file: URI names a local path, got the host 'u:***@' in file://u:***@{tmp_path}/r"
+    ))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no ./file:/u:PW@/…
 
 
@@ -207,15 +208,10 @@ def test_a_checkpoint_that_is_another_run_directory_is_refused(tmp_path: Path, o
 
 def test_the_cli_refuses_a_report_dir_inside_the_output_before_spark(tmp_path: Path) -> None:
     generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
-    result = subprocess.run(
-        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--report-dir", "out/metrics"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        "rebalancer: error: report-dir out/metrics is inside the output out: a run's directories (output, "
-        "report-dir, checkpoint) must be apart: give another --report-dir\n"
-    )
+    _cli_refused(tmp_path, ["--input", "data", "--out", "out", "--report-dir", "out/metrics"], (
+        "report-dir out/metrics is inside the output out: a run's directories (output, "
+        "report-dir, checkpoint) must be apart: give another --report-dir"
+    ))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 
 
@@ -223,12 +219,7 @@ def test_the_cli_refuses_a_report_dir_inside_the_output_before_spark(tmp_path: P
 def test_the_cli_refuses_a_report_dir_overlapping_the_input(tmp_path: Path, report_dir: str) -> None:
     generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
     before = tree(tmp_path / "data")
-    result = subprocess.run(
-        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--report-dir", report_dir],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == f"rebalancer: error: report-dir {report_dir} overlaps the input data\n"
+    _cli_refused(tmp_path, ["--input", "data", "--out", "out", "--report-dir", report_dir], f"report-dir {report_dir} overlaps the input data")
     assert tree(tmp_path / "data") == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 
 
@@ -321,14 +312,9 @@ def test_a_group_run_appends_to_its_own_groups_batches(tmp_path: Path, topic: st
 
 def test_the_cli_refuses_another_groups_append_before_spark(tmp_path: Path) -> None:
     before = _group_output(tmp_path / "out", _group("g1"))
-    result = subprocess.run(
-        [EXE, "pipeline", "run", "--input", "kafka://embedded/t?group=g2", "--out", "out", "--mode", "append"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        "rebalancer: error: output out holds the batches of group 'g1' on topic 't'; --mode append would number "
-        "this run's (group 'g2' on topic 't') over them: give another --output, or --mode overwrite\n"
-    )
+    _cli_refused(tmp_path, ["--input", "kafka://embedded/t?group=g2", "--out", "out", "--mode", "append"], (
+        "output out holds the batches of group 'g1' on topic 't'; --mode append would number "
+        "this run's (group 'g2' on topic 't') over them: give another --output, or --mode overwrite"
+    ))
     after = tree(tmp_path / "out")
     assert after.pop("_kafka_group.lock") == tree_empty() and after == before  # the claim's file, kept by design
