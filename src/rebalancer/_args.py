@@ -1,4 +1,5 @@
-"""argparse types shared by every component's commands: numbers that are finite and in range.
+"""argparse types shared by every component's commands: numbers that are finite and in range, and
+local paths that are no URI.
 
 `float("inf")`, `float("nan")` and `float("1e999")` all parse, and `nan` slips through every
 `value < minimum` check, so each numeric flag goes through one of these instead of `float`/`int`.
@@ -13,11 +14,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 from rebalancer._numbers import parse_float, parse_int
+from rebalancer._secrets import masked_url
 
-__all__ = ["finite_float", "integer"]
+__all__ = ["finite_float", "integer", "local_path"]
+
+# `scheme://…`: a URI, which Path() would take for a relative path (`./file:/u:PW@/x`).
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://")
 
 
 def _bound(minimum: float | None, exclusive: bool) -> str:
@@ -61,3 +68,11 @@ def integer(minimum: int | None = None) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+def local_path(text: str) -> Path:
+    """An argparse `type` for a flag that takes a local path only: a URI is refused (its password
+    as ***), not made a relative directory named after it."""
+    if _URI.match(text):
+        raise argparse.ArgumentTypeError(f"takes a local path, got the URI {masked_url(text)!r}")
+    return Path(text)

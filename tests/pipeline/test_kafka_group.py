@@ -158,7 +158,7 @@ def test_cli_group_run_keys_the_sink_by_batch_and_resumes(
             "--mode", "append"]  # each group run adds its batch_id=N/ to the same output
     assert main(argv) == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["kafka_group"] == {"group": group, "batch_id": 0, "start": {"0": 0, "1": 0},
+    assert summary["kafka_group"] == {"group": group, "topic": topic, "batch_id": 0, "start": {"0": 0, "1": 0},
                                       "end": summary["kafka_group"]["end"]}
     assert sum(summary["kafka_group"]["end"].values()) == 2_000
     key = pg_connect.execute(

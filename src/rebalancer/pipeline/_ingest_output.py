@@ -25,20 +25,26 @@ def check_output(
     spec: InputSpec | Input,
     checkpoint: str | Path | OutputPath | None = None,
     spark: SparkSession | None = None,
+    report_dir: str | Path | OutputPath | None = None,
 ) -> None:
-    """Refuse an output that would clobber the input or cannot be written.
+    """Refuse an output that would clobber the input or cannot be written, and a checkpoint or
+    report directory in (or around) the input: every location a run writes is checked against it.
 
     A local output (a path or a `file:` URI) is checked before Spark starts; a remote one (hdfs://,
     s3a://, ...) through Spark's Hadoop FileSystem, so it needs `spark`, and nothing local is touched.
     """
     out_text = out if isinstance(out, Path) else str(out)
-    where = None if checkpoint is None else checkpoint if isinstance(checkpoint, Path) else str(checkpoint)
+    others = [
+        (label, where if isinstance(where, Path) else str(where))
+        for label, where in (("checkpoint", checkpoint), ("report-dir", report_dir))
+        if where is not None
+    ]
     local_out = local_path(out_text)
-    local_checkpoint = None if where is None else local_path(where)
-    if local_out is None or (where is not None and local_checkpoint is None):
-        _check_remote_output(out_text, spec, where, spark)
+    local_others = [(label, local_path(where)) for label, where in others]
+    if local_out is None or any(local is None for _, local in local_others):
+        _check_remote_output(out_text, spec, [(label, where) for label, where in others], spark)
     if local_out is not None:
-        _check_local_output(local_out, spec, local_checkpoint)
+        _check_local_output(local_out, spec, [(label, local) for label, local in local_others if local is not None])
 
 
 def _local_source(spec: Any) -> Path | None:  # an InputSpec, or a topic (no files)
@@ -49,7 +55,7 @@ def _local_source(spec: Any) -> Path | None:  # an InputSpec, or a topic (no fil
     return spec.path.resolve()
 
 
-def _check_local_output(out: Path, spec: Any, checkpoint: Path | None) -> None:
+def _check_local_output(out: Path, spec: Any, others: list[tuple[str, Path]]) -> None:
     target = out.resolve()
     source = _local_source(spec)
     if out.exists() and not out.is_dir():
@@ -64,10 +70,10 @@ def _check_local_output(out: Path, spec: Any, checkpoint: Path | None) -> None:
         raise ValueError(
             f"input {spec.path} is inside the output {out}; the run would overwrite what it reads"
         )
-    if checkpoint is not None and source is not None:
-        where = checkpoint.resolve()
-        if where == source or source in where.parents or where in source.parents:
-            raise ValueError(f"checkpoint {checkpoint} overlaps the input {spec.path}")
+    for label, location in others:
+        where = location.resolve()
+        if source is not None and (where == source or source in where.parents or where in source.parents):
+            raise ValueError(f"{label} {location} overlaps the input {spec.path}")
     existing = target
     while not existing.exists():
         existing = existing.parent
@@ -82,7 +88,7 @@ def _under(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip("/") + "/")
 
 
-def _check_remote_output(out: str | Path, spec: Any, checkpoint: str | Path | None, spark: Any) -> None:
+def _check_remote_output(out: str | Path, spec: Any, others: list[tuple[str, str | Path]], spark: Any) -> None:
     """The same refusals, with URIs qualified by their Hadoop filesystem (scheme and authority filled in)."""
     if spark is None:
         raise ValueError(f"output {out} is on a remote filesystem: it is checked once Spark has started")
@@ -103,7 +109,7 @@ def _check_remote_output(out: str | Path, spec: Any, checkpoint: str | Path | No
             raise ValueError(
                 f"input {shown} is inside the output {out}; the run would overwrite what it reads"
             )
-    if checkpoint is not None and source is not None:
-        where = fs.qualified(str(checkpoint))
-        if where == source or _under(where, source) or _under(source, where):
-            raise ValueError(f"checkpoint {checkpoint} overlaps the input {shown}")
+    for label, location in others:
+        where = fs.qualified(str(location))
+        if source is not None and (where == source or _under(where, source) or _under(source, where)):
+            raise ValueError(f"{label} {location} overlaps the input {shown}")

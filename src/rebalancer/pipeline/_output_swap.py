@@ -43,6 +43,7 @@ from rebalancer.pipeline.output_mode import (
     collision,
     inspect_dir,
     refuse_busy,
+    refuse_role,
 )
 
 if TYPE_CHECKING:
@@ -66,8 +67,10 @@ def _token() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def _manifest(token: str, entries: list[str] | set[str]) -> dict[str, Any]:
-    return {"version": 1, "written_by": f"rebalancer {__version__}", "run": token, "entries": sorted(entries)}
+def _manifest(token: str, entries: list[str] | set[str], role: str | None) -> dict[str, Any]:
+    """DIR/_manifest.json: the run, its entries, and what DIR is to runs (a role no other run replaces)."""
+    manifest = {"version": 1, "written_by": f"rebalancer {__version__}", "run": token, "entries": sorted(entries)}
+    return {**manifest, "role": role} if role is not None else manifest
 
 
 def _our_log(fs: RunFS, location: str | Path) -> bool:
@@ -128,7 +131,7 @@ def recover(states: list[DirState], spark: SparkSession | None) -> int:
             found += 1
             if leftover.committed:
                 if _manifest_stale(fs, location, leftover):
-                    fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest)))
+                    fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest), leftover.role))
                 fs.remove(leftover.aside)
                 fs.remove(leftover.stage)
                 log.warning("%s: finished the swap of a run stopped after it was in place (%s)", shown, leftover.token)
@@ -199,13 +202,13 @@ class Outputs:
             if not self.staged:
                 fs.mkdir(location)
                 entries = state.owned | state.dir.writes | _kept_log(state, fs)
-                fs.write_json(at(location, MANIFEST), _manifest(self.token, set(entries)))
+                fs.write_json(at(location, MANIFEST), _manifest(self.token, set(entries), state.dir.role))
                 continue
             stage = at(location, staging_name(self.token))
             fs.mkdir(stage)
             # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
             info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
-                    "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+                    "host": socket.gethostname(), "role": state.dir.role, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
             fs.write_json(at(stage, INFO), info)
 
     def discard(self) -> None:
@@ -243,7 +246,7 @@ class Outputs:
                 for name in swap.entries:
                     swap.fs.move(at(swap.stage, name), at(swap.location, name))
             output = swaps[0]
-            output.fs.write_json(at(output.location, MANIFEST), _manifest(self.token, output.manifest))
+            output.fs.write_json(at(output.location, MANIFEST), _manifest(self.token, output.manifest, output.state.dir.role))
             self.committed = True
         except BaseException:
             with _sigint_ignored():
@@ -261,6 +264,7 @@ class Outputs:
         now = inspect_dir(state.dir, self.spark)
         assert now is not None  # the run reached it to stage there
         refuse_busy(now)  # two runs started at once, neither seeing the other: the second to publish yields
+        refuse_role(now)  # another run made it its output (or checkpoint) meanwhile
         swap.entries = [n for n in fs.names(swap.stage) if not n.startswith(".") and n not in (INFO, MANIFEST)]
         clashes = sorted(set(swap.entries) & now.foreign)
         if clashes:
@@ -274,7 +278,7 @@ class Outputs:
         A failure here leaves the new run in place; the next run removes what is left."""
         try:
             for swap in swaps[1:]:
-                swap.fs.write_json(at(swap.location, MANIFEST), _manifest(self.token, swap.manifest))
+                swap.fs.write_json(at(swap.location, MANIFEST), _manifest(self.token, swap.manifest, swap.state.dir.role))
             for swap in swaps:
                 swap.fs.remove(swap.aside)
                 swap.fs.remove(swap.stage)

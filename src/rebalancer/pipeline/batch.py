@@ -422,6 +422,7 @@ def _run_batch(
     if group_read is not None:
         summary["kafka_group"] = {
             "group": group_read.group,
+            "topic": group_read.spec.topic,
             "batch_id": group_read.batch_id,
             "start": {str(p): o for p, o in sorted(group_read.start.items())},
             "end": {str(p): o for p, o in sorted(group_read.end.items())},

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer._args import finite_float, integer
+from rebalancer._args import local_path as local_path_flag
 from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
@@ -55,7 +56,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "the quarantine. Reproducible: the same --seed writes the same files.",
     )
     gen.add_argument(
-        "--out", "--output", dest="out", required=True, type=Path, help="directory to write the files into"
+        "--out", "--output", dest="out", required=True, type=local_path_flag, help="directory to write the files into"
     )
     gen.add_argument("--events", type=integer(), default=GenerateConfig.events, help="rows to write")
     gen.add_argument(
@@ -285,8 +286,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     master = session_master(args.master, getattr(args, "remote", None))
     _require_extras(master, args.sink)  # before any work; a kafka:// input's, by RunRequest
-    if isinstance(args.report_dir, Path):  # anything else is RunRequest's to refuse
-        _check_report_dir(args.report_dir)
     handlers = args.handlers
     if isinstance(handlers, Path):
         from rebalancer.pipeline.framework import load_handlers
@@ -301,6 +300,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "columns": parse_columns(args.columns) if args.columns else None,
         }
     )
+    report_dir = local_path(request.report_dir) if request.report_dir is not None else None
+    if report_dir is not None:  # a remote one is the run's to check, through Spark
+        _check_report_dir(report_dir)
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     quiet = getattr(args, "quiet", False)
     if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):
@@ -324,7 +326,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = resolve_input(request)
     checkpoint = request.checkpoint_location
     if spec is not None and not is_remote(args.output) and not is_remote(checkpoint):
-        check_output(args.output, spec, checkpoint)  # a remote output is checked by the run, through Spark
+        # A remote location is checked by the run, through Spark.
+        reports = None if is_remote(request.report_dir) else request.report_dir
+        check_output(args.output, spec, checkpoint, report_dir=reports)
     request.check_output()  # --mode: a local output already holding a run is refused before Spark starts
     from rebalancer.pipeline.sinks import open_sink
 
@@ -378,14 +382,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def spark_log_path(output: str | Path, report_dir: Path | None) -> Path:
+def spark_log_path(output: str | Path, report_dir: str | Path | None) -> Path:
     """Where a quiet run's Spark log goes: OUTPUT/spark.log, else (a remote output) the report
-    directory's, else a new temporary directory's."""
+    directory's if it is local, else a new temporary directory's."""
     from rebalancer.pipeline.output_mode import SPARK_LOG
 
     local = local_path(output)
+    if local is None and report_dir is not None:
+        local = local_path(report_dir)
     if local is None:
-        local = report_dir if report_dir is not None else Path(tempfile.mkdtemp(prefix="rebalancer-"))
+        local = Path(tempfile.mkdtemp(prefix="rebalancer-"))
     return local / SPARK_LOG
 
 
@@ -449,7 +455,7 @@ def add_tool_parsers(sub: Any) -> None:
         description="Write the installed rebalancer package as a zip whose top level is rebalancer/, for "
         "spark-submit --py-files or SparkContext.addPyFile (see docs/pipeline.md, --ship). Prints its path.",
     )
-    ship.add_argument("dest", nargs="?", type=Path, default=Path("."), help="a directory or a .zip path")
+    ship.add_argument("dest", nargs="?", type=local_path_flag, default=Path("."), help="a directory or a .zip path")
     ship.set_defaults(func=cmd_ship)
     add_postgres_parser(sub)
 

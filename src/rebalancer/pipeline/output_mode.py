@@ -12,7 +12,9 @@ else (`out/shedding/` from `rebalancer shedding compare`, a user's notes) is lef
 in one line when this run would write the same name. A directory written before manifests (by an
 older rebalancer) counts as a run's only the names a run writes (metrics/, quarantine/,
 summary.json, …, the handler folders its summary.json names, a `_checkpoint/` that holds a
-checkpoint), never any other name. error and overwrite runs are written beside the previous run and
+checkpoint), never any other name. A manifest also records the directory's role (output,
+report-dir, checkpoint), and no run writes it in another role: a report-dir over an older run's
+output replaced its metrics/ and quarantine/. error and overwrite runs are written beside the previous run and
 swapped in at the end (`_output_swap`), so an interrupted run never loses the previous one.
 
 Without this, `--mode overwrite` deleted `out/shedding/` and its plots, an input inside the output
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors
+from rebalancer.pipeline._output_append import refuse_mixed_append
 from rebalancer.pipeline._output_fs import (
     INFO,
     MANIFEST,
@@ -64,9 +67,6 @@ KNOWN = {
     "report-dir": frozenset({*REPORT_FILES, PLANS, SPARK_LOG}),
     "checkpoint": frozenset(CHECKPOINT_ENTRIES),
 }
-# How a run keys its metrics: each kind of run, and the folders it writes under OUTPUT/metrics/.
-BY_BATCH = "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/"
-BY_DATE = "a batch run's outputs, metrics/date=…/"
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,12 @@ class RunDir:
     @property
     def key(self) -> str:
         return location_key(self.location)
+
+    @property
+    def role(self) -> str:
+        """What the directory is, recorded in its manifest: a run's output (its report too, when the
+        report is written there), else a report-dir or a checkpoint."""
+        return "output" if "output" in self.roles else self.roles[0]
 
 
 def external_checkpoint(request: RunRequest) -> str | Path | None:
@@ -131,10 +137,36 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
     return list(dirs.values())
 
 
+def _inside(inner: str, outer: str) -> bool:
+    """Location keys: `inner` is under `outer` (a local path's or a URI's, by its '/'s)."""
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def refuse_nesting(dirs: list[RunDir]) -> None:
+    """A run's directories are apart: one inside another (a --report-dir out/metrics) was written
+    into the other's staging and failed only at the swap, after the whole run. The output with its
+    own report (report-dir = output) is one directory, and a stream's OUTPUT/_checkpoint one of its
+    entries; any other pair that is one directory, or nested, is refused before any work."""
+    for run_dir in dirs:
+        if "checkpoint" in run_dir.roles and len(run_dir.roles) > 1:
+            raise ValueError(
+                f"checkpoint {run_dir.location} is the {run_dir.field} too: a run's directories (output, "
+                "report-dir, checkpoint) must be apart: give another --checkpoint"
+            )
+    for inner in dirs:
+        for outer in dirs:
+            if inner is not outer and _inside(inner.key, outer.key):
+                raise ValueError(
+                    f"{inner.field} {inner.location} is inside the {outer.field} {outer.location}: a run's "
+                    f"directories (output, report-dir, checkpoint) must be apart: give another --{inner.field}"
+                )
+
+
 @dataclass(frozen=True)
 class Manifest:
     run: str  # the token of the run that wrote it
     entries: frozenset[str]
+    role: str | None = None  # RunDir.role of the run that wrote it; None in a manifest older than roles
 
 
 def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
@@ -147,9 +179,15 @@ def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
         return None
     entries = data.get("entries") if isinstance(data, dict) else None
     run = data.get("run") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not all(isinstance(n, str) for n in entries) or not isinstance(run, str):
+    role = data.get("role") if isinstance(data, dict) else None
+    if (
+        not isinstance(entries, list)
+        or not all(isinstance(n, str) for n in entries)
+        or not isinstance(run, str)
+        or (role is not None and role not in KNOWN)
+    ):
         raise ValueError(f"{path} is not a run's manifest ({{run, entries}}): restore it, or remove it")
-    return Manifest(run, frozenset(entries))
+    return Manifest(run, frozenset(entries), role)
 
 
 @dataclass(frozen=True)
@@ -178,6 +216,11 @@ class Leftover:
     @property
     def manifest(self) -> list[str]:
         return [str(n) for n in (self.info or {}).get("manifest", self.entries)]
+
+    @property
+    def role(self) -> str | None:
+        role = (self.info or {}).get("role")
+        return role if role in KNOWN else None
 
     def moved_in(self, names: set[str]) -> set[str]:
         """The new run's entries already moved into DIR: listed, present, no longer staged."""
@@ -259,6 +302,7 @@ class DirState:
     owned: frozenset[str]
     leftovers: tuple[Leftover, ...]
     holds_checkpoint: bool
+    previous: str | None  # a previous run's RunDir.role there; None: no run, or only a report from before roles
 
     @property
     def foreign(self) -> frozenset[str]:
@@ -304,11 +348,30 @@ def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
         if leftover.committed is False:
             names = (names - leftover.moved_in(names)) | set(leftover.aside_names)
         elif leftover.committed and (manifest is None or manifest.run != leftover.token) and leftover.swapping:
-            manifest = Manifest(leftover.token, frozenset(leftover.manifest))  # its swap's last step
+            manifest = Manifest(leftover.token, frozenset(leftover.manifest), leftover.role)  # its swap's last step
     owned = names & manifest.entries if manifest is not None else _legacy_owned(fs, run_dir, names)
     asides = [lo.aside for lo in leftovers if lo.committed is False and lo.has_aside]
     holds = manifest is not None or _is_checkpoint(fs, [run_dir.location, *asides])
-    return DirState(run_dir, frozenset(names), manifest, frozenset(owned), tuple(leftovers), holds)
+    previous = _previous_role(manifest, names, holds and manifest is None)
+    return DirState(run_dir, frozenset(names), manifest, frozenset(owned), tuple(leftovers), holds, previous)
+
+
+# What a run's directory holds that only one kind of directory does; report files are in both an
+# output and a report-dir, so a directory holding only a report has no role that refuses another.
+_ONLY = {"output": frozenset({"metrics", "quarantine", CHECKPOINT}), "checkpoint": frozenset(CHECKPOINT_ENTRIES)}
+
+
+def _previous_role(manifest: Manifest | None, names: set[str], checkpoint: bool) -> str | None:
+    """What a previous run wrote the directory as: its manifest's role, else what its entries are
+    (a manifest from before roles, or a directory from before manifests: metrics/ beside a
+    summary.json is an output, a stream's query/metadata a checkpoint)."""
+    if manifest is not None:
+        if manifest.role is not None:
+            return manifest.role
+        return next((role for role, only in _ONLY.items() if manifest.entries & only), None)
+    if "summary.json" in names and names & {"metrics", "quarantine"}:
+        return "output"
+    return "checkpoint" if checkpoint else None
 
 
 def _shown(names: list[str] | frozenset[str]) -> str:
@@ -337,10 +400,25 @@ def refuse_busy(state: DirState) -> None:
             )
 
 
+def refuse_role(state: DirState) -> None:
+    """A directory is written only as what it was: a report-dir never replaces an older run's
+    metrics/ and quarantine/, an output never a stream's checkpoint (in any mode: append writes in
+    place). Without this, `--report-dir OLD_OUTPUT --mode overwrite` deleted that run's data."""
+    run_dir = state.dir
+    if state.previous is None or state.previous == run_dir.role:
+        return
+    why = f"its {MANIFEST} says so" if state.manifest is not None else f"it holds {_shown(state.names)}"
+    raise ValueError(
+        f"{run_dir.field} {run_dir.location} is a run's {state.previous} directory ({why}), and only a run's "
+        f"{state.previous} replaces it: give another --{run_dir.field}"
+    )
+
+
 def _refuse_dir(state: DirState, mode: str) -> None:
     run_dir = state.dir
     where = f"{run_dir.field} {run_dir.location}"
     refuse_busy(state)
+    refuse_role(state)
     if run_dir.roles == ("checkpoint",) and state.names and not state.holds_checkpoint:
         raise ValueError(
             f"checkpoint {run_dir.location} holds no stream's checkpoint (no query/metadata, no "
@@ -361,34 +439,18 @@ def _refuse_dir(state: DirState, mode: str) -> None:
         )
 
 
-def _layout(fs: RunFS, output: str | Path) -> str | None:
-    """How the run already in `output` keyed its metrics: by batch, by date, or None (no metrics)."""
-    names = fs.names(join(output, "metrics"))
-    if any(name.startswith("batch_id=") for name in names):
-        return BY_BATCH
-    if any(name.startswith("date=") for name in names):
-        return BY_DATE
-    return None
-
-
 @masks_errors  # its messages name the directories: a URI's password shows as ***
 def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
     """The output mode's refusals for every directory `request` writes in, before anything is written
     there or replaced; returns what was found (None for a remote directory without `spark`)."""
-    states = [inspect_dir(run_dir, spark) for run_dir in run_dirs(request)]
+    dirs = run_dirs(request)
+    refuse_nesting(dirs)
+    states = [inspect_dir(run_dir, spark) for run_dir in dirs]
     for state in states:
         if state is not None:
             _refuse_dir(state, request.mode)
-    output = states[0]  # run_dirs lists the output first
-    if request.mode == "append" and output is not None:
-        fs = RunFS(output.dir.location, spark)
-        ours = BY_BATCH if request.keyed_by_batch else BY_DATE
-        theirs = _layout(fs, output.dir.location)
-        if theirs is not None and theirs != ours:
-            raise ValueError(
-                f"output {request.output} holds {theirs}; --mode append would mix in {ours}: give another "
-                "--output or --mode overwrite"
-            )
+    if request.mode == "append":
+        refuse_mixed_append(request, states, spark)
     return states
 
 

@@ -44,7 +44,8 @@ def is_uri(location: str | Path) -> bool:
 
 
 def location_argument(text: str) -> Path | str:
-    """argparse type of --input/--output/--checkpoint: a URI kept as written, else a local Path."""
+    """argparse type of every location flag (--input, --output, --checkpoint, --report-dir,
+    --plan-from): a URI kept as written, else a local Path."""
     return text if is_uri(text) or text.lower().startswith("kafka://") else Path(text)
 
 
@@ -67,6 +68,16 @@ def local_path(location: str | Path) -> Path | None:
         shown_host = shown_parts[1][len(scheme) + 1 :].removeprefix("//") if shown_parts else host
         raise ValueError(f"a file: URI names a local path, got the host {shown_host!r} in {shown}")
     return Path(path or "/")
+
+
+def check_location(label: str, location: object) -> None:
+    """A location field's value as the run will take it: a `file:` URI naming a host (or a user,
+    `file://u:PW@/x`) is refused naming the field, its password as ***."""
+    if isinstance(location, str):
+        try:
+            local_path(location)
+        except ValueError as exc:
+            raise ValueError(f"{label}: {exc}") from None
 
 
 def child(location: str, name: str) -> str:

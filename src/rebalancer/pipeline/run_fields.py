@@ -29,7 +29,7 @@ from rebalancer.pipeline.apply._items import COSTS
 from rebalancer.pipeline.contract import FORMATS, Input, column_mapping
 from rebalancer.pipeline.dispatch import PARTITIONINGS
 from rebalancer.pipeline.output_mode import OUTPUT_MODES
-from rebalancer.pipeline.paths import location_argument
+from rebalancer.pipeline.paths import check_location, location_argument
 
 if TYPE_CHECKING:
     import argparse
@@ -163,6 +163,7 @@ class Location:
         if self.optional and value is None:
             return
         if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
+            check_location(label, value)
             return
         if self.inspected and isinstance(value, Input):
             return
@@ -271,7 +272,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("checkpoint", Location(optional=True), ("--checkpoint",), ("stream",), _location_text),
         Setting("group_cost", Integer(0), ("--group-cost",), ("batch", "weighted"), metavar="ROWS"),
         Setting("report", Switch(), ("--no-report",), inverted=True),
-        Setting("report_dir", Location(optional=True), ("--report-dir",), text=_path_text),
+        Setting("report_dir", Location(optional=True), ("--report-dir",), text=_location_text),
         Setting(
             "sink",
             Instance("rebalancer.pipeline.sinks", "PostgresSink", "opened from a URL", secret=True),

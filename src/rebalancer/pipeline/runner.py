@@ -222,7 +222,7 @@ def run(
         if spark is None:
             raise ValueError("spark: no active SparkSession; pass spark= (see rebalancer.pipeline.session.build_session)")
     spec = resolve_input(request, spark)
-    check_output(request.output, spec, request.checkpoint_location, spark)
+    check_output(request.output, spec, request.checkpoint_location, spark, request.report_dir)
     reused = None
     if request.plan_from is not None and not request.stream:
         from rebalancer.pipeline.batch import load_plan

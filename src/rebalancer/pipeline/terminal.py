@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rebalancer._secrets import shown_location
 from rebalancer.pipeline.output_mode import REPORT_FILES
 from rebalancer.pipeline.paths import join, local_path
 
@@ -74,7 +75,7 @@ def _stage_lines(console: Any, clock: Callable[[], float]) -> Iterator[Callable[
 
 
 def written(
-    summary: dict[str, Any], names: tuple[str, ...], report_dir: Path | None, report: bool
+    summary: dict[str, Any], names: tuple[str, ...], report_dir: str | Path | None, report: bool
 ) -> list[str]:
     """The outputs among `names`, as the user would open them. A remote output is listed, not looked
     at: the session that could reach it has stopped."""
@@ -84,7 +85,7 @@ def written(
         if in_reports and name == "report.html" and (not report or "batches" in summary):
             continue  # --no-report, or a stream (it writes no report)
         base: str | Path = report_dir if report_dir is not None and in_reports else summary["output"]
-        shown = str(join(base, name))
+        shown = shown_location(join(base, name))  # a URI's password as ***
         local = local_path(base)
         if local is None:
             found.append(shown + ("" if in_reports else "/"))
@@ -112,7 +113,7 @@ def _listed(items: list[str]) -> list[str]:
 
 
 def print_summary(
-    console: Any, summary: dict[str, Any], report_dir: Path | None = None, report: bool = True
+    console: Any, summary: dict[str, Any], report_dir: str | Path | None = None, report: bool = True
 ) -> None:
     """This run against Spark's hash placement, the files written, and where the report is.
 

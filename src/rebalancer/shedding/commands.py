@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rebalancer._args import finite_float, integer
+from rebalancer._args import finite_float, integer, local_path
 from rebalancer._console import console as make_console
 from rebalancer._console import print_table, print_wrapped
 from rebalancer.shedding.compare import (
@@ -42,7 +42,7 @@ def _replay_inputs(p: argparse.ArgumentParser, required: bool) -> None:
     """--reports, --converge-target and --broker-conf: your load and your settings."""
     p.add_argument(
         "--reports",
-        type=Path,
+        type=local_path,
         required=required,
         default=None,
         help="a directory of load-report snapshots (JSON), replayed instead of the synthetic scenarios",
@@ -52,7 +52,7 @@ def _replay_inputs(p: argparse.ArgumentParser, required: bool) -> None:
     )
     p.add_argument(
         "--broker-conf",
-        type=Path,
+        type=local_path,
         default=None,
         help="your Pulsar broker.conf: every strategy runs with its loadBalancer* settings, and the "
         "pair it configures is added as '(configured)'",
@@ -91,7 +91,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--scenario", default="over-placement", help=f"scenario: {scenario_names}")
     sim.add_argument("--strategy", default="AvgShedder", help=f"strategy: {_STRATEGY_NAMES}")
     sim.add_argument("--minutes", type=_positive, default=None, help="override the scenario's length")
-    sim.add_argument("--plot", type=Path, default=None, help="write the usage plot to this PNG")
+    sim.add_argument("--plot", type=local_path, default=None, help="write the usage plot to this PNG")
     _common(sim)
     sim.set_defaults(func=simulate_command)
 
@@ -112,7 +112,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"only these strategies (repeatable): {_STRATEGY_NAMES}; 'configured' with --broker-conf",
     )
-    cmp.add_argument("--out", type=Path, default=None, help="directory for one PNG per scenario x strategy")
+    cmp.add_argument("--out", type=local_path, default=None, help="directory for one PNG per scenario x strategy")
     _replay_inputs(cmp, required=False)
     _common(cmp)
     cmp.set_defaults(func=compare_command)
@@ -127,7 +127,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     rep.add_argument(
         "--strategy", default="AvgShedder", help=f"strategy: {_STRATEGY_NAMES}, or 'configured'"
     )
-    rep.add_argument("--plot", type=Path, default=None, help="write the usage plot to this PNG")
+    rep.add_argument("--plot", type=local_path, default=None, help="write the usage plot to this PNG")
     _replay_inputs(rep, required=True)
     _common(rep)
     rep.set_defaults(func=replay_command)
@@ -141,7 +141,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--scenario", default="heterogeneous", help=f"scenario: {scenario_names}")
     rec.add_argument("--minutes", type=_positive, default=20, help="snapshots to write (>= 2)")
     rec.add_argument("--seed", type=_non_negative, default=0, help="random seed (runs are reproducible)")
-    rec.add_argument("--out", type=Path, required=True, help="directory for the snapshot JSON files")
+    rec.add_argument("--out", type=local_path, required=True, help="directory for the snapshot JSON files")
     rec.set_defaults(func=record_command)
 
 

@@ -25,7 +25,7 @@ from rebalancer.pipeline.apply._keys import case_sensitive, column_named, reserv
 from rebalancer.pipeline.apply._lookup import with_slot_columns
 from rebalancer.pipeline.apply._plan import count_buckets, count_keys, plan_keys, shard_counts
 from rebalancer.pipeline.apply._result import BalancedApply, SumParam, flush_pending, hold_pending
-from rebalancer.pipeline.apply._store import PlanStore
+from rebalancer.pipeline.apply._store import PlanStore, refuse_store_in_input
 from rebalancer.pipeline.handler import TaskStatsParam
 from rebalancer.pipeline.session import is_connect, shuffle_partitions
 from rebalancer.pipeline.slots import WHOLE
@@ -175,7 +175,8 @@ def balanced_apply(
         kept while its max/min task load under the new weights stays below 1.15 (otherwise the
         fewest keys move that balance it). The plan is written now; the measurements when
         `task_stats()` is called, or when the next balanced_apply with this store starts. A
-        damaged store is ignored with one warning.
+        damaged store is ignored with one warning. A store in (or under) the directory the frame
+        reads is refused: its plan.json would be read as data.
     max_moves: with a stored plan, at most this many keys change task.
 
     Returns a `BalancedApply`: `.frame` (the rows applyInPandas would give, in another order),
@@ -201,6 +202,7 @@ def balanced_apply(
     check_worker_python(spark)
     plan_store = store if isinstance(store, PlanStore) or store is None else PlanStore(store)
     if plan_store is not None:
+        refuse_store_in_input(plan_store, df)
         flush_pending(plan_store)
     measured = plan_store.key_costs(key_columns) if plan_store is not None and cost == "seconds" else {}
     previous = plan_store.previous_owner(key_columns, slots) if plan_store is not None else {}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from rebalancer.pipeline.apply._items import (
     LOGGER,
@@ -21,6 +23,9 @@ from rebalancer.pipeline.apply._items import (
 )
 from rebalancer.pipeline.apply._plan import ApplyPlan, KeyCost
 from rebalancer.pipeline.slots import WHOLE
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(LOGGER)
 
@@ -110,6 +115,26 @@ def stored_plan(data: Any) -> tuple[list[str], int | None, dict[ApplyItem, int]]
     if problem is not None:
         raise ValueError(problem)
     return list(data["key"]), data.get("partitions"), _owner(data)
+
+
+def refuse_store_in_input(store: PlanStore, frame: DataFrame) -> None:
+    """A store in the directory the frame reads (or under it) would put plan.json among the data:
+    the next read of that directory fails on it, or reads it. Refused before anything is written;
+    the directory is the innermost one holding every file the frame reads (Spark's inputFiles)."""
+    folders = set()
+    for uri in frame.inputFiles():
+        parts = urlsplit(uri)
+        if parts.scheme in ("", "file"):
+            folders.add(os.path.dirname(unquote(parts.path)))
+    if not folders:
+        return  # not read from local files
+    root = Path(os.path.commonpath(sorted(folders)))
+    where = store.path.resolve()
+    if where == root or root in where.parents:
+        raise ValueError(
+            f"store {store.path} is in the input directory {root} that the frame reads: its plan.json would "
+            "be read as data: give a store outside it"
+        )
 
 
 class PlanStore:

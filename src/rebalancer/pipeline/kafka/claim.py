@@ -33,7 +33,9 @@ from rebalancer._secrets import masked_url
 from rebalancer.pipeline.output_mode import GROUP_LOCK as LOCK_NAME
 from rebalancer.pipeline.paths import local_path
 
-__all__ = ["LOCK_NAME", "GroupBusyError", "claim_output", "group_claim", "lock_path", "one_group_run_per_output"]
+__all__ = [
+    "LOCK_NAME", "GroupBusyError", "claim_output", "group_claim", "group_source", "lock_path", "one_group_run_per_output"
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -142,18 +144,25 @@ def claim_output(out: str | Path, group: str) -> Iterator[None]:
                     os.close(held.fd)  # the flock goes with the last open copy of the file
 
 
-def group_claim(source: object, out: str | Path) -> AbstractContextManager[None]:
-    """The claim of `out` for a `kafka://…?group=NAME` input (a URL or a parsed `KafkaInput`);
-    nothing for any other input, or for an output that is a file (the run's own checks refuse it)."""
+def group_source(source: object) -> tuple[str, str] | None:
+    """(group, topic) of a `kafka://…?group=NAME` input (a URL or a parsed `KafkaInput`); None for
+    any other input."""
     if isinstance(source, str) and source.lower().startswith("kafka://"):
         from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
 
         source = parse_kafka_url(source)
     group = getattr(source, "group", None)
+    return (group, str(getattr(source, "topic", ""))) if isinstance(group, str) else None
+
+
+def group_claim(source: object, out: str | Path) -> AbstractContextManager[None]:
+    """The claim of `out` for a `kafka://…?group=NAME` input (a URL or a parsed `KafkaInput`);
+    nothing for any other input, or for an output that is a file (the run's own checks refuse it)."""
+    read = group_source(source)
     local = local_path(out)
-    if not isinstance(group, str) or (local is not None and local.exists() and not local.is_dir()):
+    if read is None or (local is not None and local.exists() and not local.is_dir()):
         return nullcontext()
-    return claim_output(out, group)
+    return claim_output(out, read[0])
 
 
 def one_group_run_per_output(

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from rebalancer._args import integer
+from rebalancer._args import integer, local_path
 
 
 def add_postgres_parser(sub: Any) -> None:
@@ -17,7 +16,7 @@ def add_postgres_parser(sub: Any) -> None:
         "Its --sink URL, password included, is written to DIR/sink-url (mode 0600), never printed.",
     )
     postgres.add_argument("action", choices=("start", "stop"), help="start: initialise DIR if needed and start; stop: stop it")
-    postgres.add_argument("--dir", type=Path, required=True, help="the server's directory (created by start)")
+    postgres.add_argument("--dir", type=local_path, required=True, help="the server's directory (created by start)")
     postgres.add_argument("--port", type=integer(minimum=1), default=None, help="default: a free port")
     postgres.set_defaults(func=cmd_postgres)
 

@@ -1,0 +1,89 @@
+"""What an append may add to: a run's batches beside the previous run's, never over them.
+
+A batch run keys its metrics by date (metrics/date=…/), a stream and a Kafka `?group=` run by batch
+(metrics/batch_id=N/), each numbering its batches from its own source: a group run from the sum of
+its group's offsets (0 for a new group), a stream from its checkpoint. So an append never mixes the
+two layouts, and never adds a group's or a stream's batches to another source's: the second group
+started at batch_id=0 too, and replaced the first group's batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rebalancer.pipeline._output_fs import RunFS, at, location_key
+from rebalancer.pipeline.paths import join
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from rebalancer.pipeline.output_mode import DirState
+    from rebalancer.pipeline.runner import RunRequest
+
+# How a run keys its metrics: each kind of run, and the folders it writes under OUTPUT/metrics/.
+BY_BATCH = "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/"
+BY_DATE = "a batch run's outputs, metrics/date=…/"
+
+
+def _layout(fs: RunFS, output: str | Path) -> str | None:
+    """How the run already in `output` keyed its metrics: by batch, by date, or None (no metrics)."""
+    names = fs.names(join(output, "metrics"))
+    if any(name.startswith("batch_id=") for name in names):
+        return BY_BATCH
+    if any(name.startswith("date=") for name in names):
+        return BY_DATE
+    return None
+
+
+def _numbering(summary: object) -> str | None:
+    """Who numbered the batch_id=N/ of the run a summary describes: a group on a topic, a stream."""
+    if not isinstance(summary, dict):
+        return None
+    group = summary.get("kafka_group")
+    if isinstance(group, dict):
+        topic = group.get("topic")
+        return f"group {group.get('group')!r}" + (f" on topic {topic!r}" if isinstance(topic, str) else "")
+    return "a stream" if "batches" in summary else None
+
+
+def refuse_other_batches(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:
+    """An append numbers its batches as its own source does (a group run: from the sum of its group's
+    offsets, 0 for a new group; a stream: from its checkpoint), so another group's, topic's or
+    stream's batch_id=N/ would be replaced: the previous run's summary.json names its source."""
+    from rebalancer.pipeline.kafka.claim import group_source
+
+    key = location_key(request.report_dir if request.report_dir is not None else request.output)
+    state = next((s for s in states if s is not None and s.dir.key == key), None)
+    if state is None or "summary.json" not in state.owned:
+        return
+    try:
+        summary = RunFS(state.dir.location, spark).read_json(at(state.dir.location, "summary.json"))
+    except (FileNotFoundError, ValueError):
+        return  # unreadable: the run's own load of it says so
+    theirs = _numbering(summary)
+    read = group_source(request.input)
+    ours = f"group {read[0]!r} on topic {read[1]!r}" if read is not None else "a stream"
+    if theirs is None or theirs == ours or (read is not None and theirs == f"group {read[0]!r}"):
+        return
+    raise ValueError(
+        f"output {request.output} holds the batches of {theirs}; --mode append would number this run's "
+        f"({ours}) over them: give another --output, or --mode overwrite"
+    )
+
+
+def refuse_mixed_append(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:
+    """An append's refusals: another layout of metrics, or another source's batches."""
+    output = states[0]  # run_dirs lists the output first
+    if request.keyed_by_batch:
+        refuse_other_batches(request, states, spark)
+    if output is None:
+        return
+    fs = RunFS(output.dir.location, spark)
+    ours = BY_BATCH if request.keyed_by_batch else BY_DATE
+    theirs = _layout(fs, output.dir.location)
+    if theirs is not None and theirs != ours:
+        raise ValueError(
+            f"output {request.output} holds {theirs}; --mode append would mix in {ours}: give another "
+            "--output or --mode overwrite"
+        )
