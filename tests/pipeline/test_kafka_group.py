@@ -197,3 +197,35 @@ def test_group_calls_retry_a_coordinator_that_is_not_ready() -> None:
 
     with pytest.raises(KafkaException):
         _retrying(options, refused)
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_an_output_whose_report_went_elsewhere_still_names_its_groups_batches(
+    spark, kafka_cluster, kafka_topic, tmp_path, capsys
+):
+    """A group run whose report (summary.json) went to --report-dir: the output's own manifest names
+    whose batches it holds, so another group's append is refused even without that report."""
+    import json
+
+    from rebalancer.cli import main
+    from rebalancer.pipeline import RunRequest
+
+    bootstrap, topic, group = kafka_cluster.bootstrap_servers, kafka_topic(2), f"etl-{next(_groups)}"
+    produce_sample(bootstrap, topic, 500, seed=6)
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    argv = ["pipeline", "run", "--input", f"kafka://{bootstrap}/{topic}?group={group}", "--output", str(out),
+            "--report-dir", str(reports), "--partitions", "2", "--no-report", "--mode", "append"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert not (out / "summary.json").exists() and (reports / "summary.json").exists()
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["batches"] == f"group {group!r} on topic {topic!r}"
+    other = f"kafka://{bootstrap}/{topic}?group={group}-other"
+    with pytest.raises(ValueError) as caught:
+        RunRequest(input=other, output=out, mode="append").check_output()
+    assert str(caught.value) == (
+        f"output {out} holds the batches of group {group!r} on topic {topic!r}; --mode append would number this "
+        f"run's (group '{group}-other' on topic {topic!r}) over them: give another --output, or --mode overwrite"
+    )
+    RunRequest(input=f"kafka://{bootstrap}/{topic}?group={group}", output=out, mode="append").check_output()
+    RunRequest(input=other, output=out, mode="overwrite").check_output()

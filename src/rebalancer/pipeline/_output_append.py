@@ -47,25 +47,39 @@ def _numbering(summary: object) -> str | None:
     return "a stream" if "batches" in summary else None
 
 
-def refuse_other_batches(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:
-    """An append numbers its batches as its own source does (a group run: from the sum of its group's
-    offsets, 0 for a new group; a stream: from its checkpoint), so another group's, topic's or
-    stream's batch_id=N/ would be replaced: the previous run's summary.json names its source."""
+def batch_source(request: RunRequest) -> str:
+    """Who numbers the batch_id=N/ of a run keyed by batch: its group on its topic, or its stream.
+    The output's manifest records it, so the next append knows whose batches are there."""
     from rebalancer.pipeline.kafka.claim import group_source
 
+    read = group_source(request.input)
+    return f"group {read[0]!r} on topic {read[1]!r}" if read is not None else "a stream"
+
+
+def _summary_source(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> str | None:
+    """Whose batches the previous run's summary.json names (an output from before manifests said so)."""
     key = location_key(request.report_dir if request.report_dir is not None else request.output)
     state = next((s for s in states if s is not None and s.dir.key == key), None)
     if state is None or "summary.json" not in state.owned:
-        return
+        return None
     try:
         summary = RunFS(state.dir.location, spark).read_json(at(state.dir.location, "summary.json"))
     except (FileNotFoundError, ValueError):
-        return  # unreadable: the run's own load of it says so
-    theirs = _numbering(summary)
-    read = group_source(request.input)
-    ours = f"group {read[0]!r} on topic {read[1]!r}" if read is not None else "a stream"
-    if theirs is None or theirs == ours or (read is not None and theirs == f"group {read[0]!r}"):
-        return
+        return None  # unreadable: the run's own load of it says so
+    return _numbering(summary)
+
+
+def refuse_other_batches(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:
+    """An append numbers its batches as its own source does (a group run: from the sum of its group's
+    offsets, 0 for a new group; a stream: from its checkpoint), so another group's, topic's or
+    stream's batch_id=N/ would be replaced. The output's manifest names the source of its batches
+    (wherever the previous run put its report); an older output's summary.json does."""
+    output = states[0]  # run_dirs lists the output first
+    recorded = output.manifest.batches if output is not None and output.manifest is not None else None
+    theirs = recorded if recorded is not None else _summary_source(request, states, spark)
+    ours = batch_source(request)
+    if theirs is None or theirs == ours or ours.startswith(f"{theirs} on topic "):
+        return  # nothing recorded, the same source, or an older summary naming the group only
     raise ValueError(
         f"output {request.output} holds the batches of {theirs}; --mode append would number this run's "
         f"({ours}) over them: give another --output, or --mode overwrite"

@@ -67,10 +67,16 @@ def _token() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def _manifest(token: str, entries: list[str] | set[str], role: str | None) -> dict[str, Any]:
-    """DIR/_manifest.json: the run, its entries, and what DIR is to runs (a role no other run replaces)."""
-    manifest = {"version": 1, "written_by": f"rebalancer {__version__}", "run": token, "entries": sorted(entries)}
-    return {**manifest, "role": role} if role is not None else manifest
+def _manifest(token: str, entries: list[str] | set[str], role: str | None, batches: str | None) -> dict[str, Any]:
+    """DIR/_manifest.json: the run, its entries, what DIR is to runs (a role no other run replaces)
+    and, in an output keyed by batch, who numbers its batches (no other source appends there)."""
+    manifest: dict[str, Any] = {"version": 1, "written_by": f"rebalancer {__version__}", "run": token,
+                                "entries": sorted(entries)}
+    if role is not None:
+        manifest["role"] = role
+    if batches is not None:
+        manifest["batches"] = batches
+    return manifest
 
 
 def _our_log(fs: RunFS, location: str | Path) -> bool:
@@ -131,7 +137,7 @@ def recover(states: list[DirState], spark: SparkSession | None) -> int:
             found += 1
             if leftover.committed:
                 if _manifest_stale(fs, location, leftover):
-                    fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest), leftover.role))
+                    fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest), leftover.role, leftover.batches))
                 fs.remove(leftover.aside)
                 fs.remove(leftover.stage)
                 log.warning("%s: finished the swap of a run stopped after it was in place (%s)", shown, leftover.token)
@@ -202,13 +208,13 @@ class Outputs:
             if not self.staged:
                 fs.mkdir(location)
                 entries = state.owned | state.dir.writes | _kept_log(state, fs)
-                fs.write_json(at(location, MANIFEST), _manifest(self.token, set(entries), state.dir.role))
+                fs.write_json(at(location, MANIFEST), _manifest(self.token, set(entries), state.dir.role, state.dir.batches))
                 continue
             stage = at(location, staging_name(self.token))
             fs.mkdir(stage)
             # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
             info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
-                    "host": socket.gethostname(), "role": state.dir.role, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+                    "host": socket.gethostname(), "role": state.dir.role, "batches": state.dir.batches, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
             fs.write_json(at(stage, INFO), info)
 
     def discard(self) -> None:
@@ -246,7 +252,7 @@ class Outputs:
                 for name in swap.entries:
                     swap.fs.move(at(swap.stage, name), at(swap.location, name))
             output = swaps[0]
-            output.fs.write_json(at(output.location, MANIFEST), _manifest(self.token, output.manifest, output.state.dir.role))
+            output.fs.write_json(at(output.location, MANIFEST), _manifest(self.token, output.manifest, output.state.dir.role, output.state.dir.batches))
             self.committed = True
         except BaseException:
             with _sigint_ignored():
@@ -278,7 +284,7 @@ class Outputs:
         A failure here leaves the new run in place; the next run removes what is left."""
         try:
             for swap in swaps[1:]:
-                swap.fs.write_json(at(swap.location, MANIFEST), _manifest(self.token, swap.manifest, swap.state.dir.role))
+                swap.fs.write_json(at(swap.location, MANIFEST), _manifest(self.token, swap.manifest, swap.state.dir.role, swap.state.dir.batches))
             for swap in swaps:
                 swap.fs.remove(swap.aside)
                 swap.fs.remove(swap.stage)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors
-from rebalancer.pipeline._output_append import refuse_mixed_append
+from rebalancer.pipeline._output_append import batch_source, refuse_mixed_append
 from rebalancer.pipeline._output_fs import (
     INFO,
     MANIFEST,
@@ -77,6 +77,7 @@ class RunDir:
     location: str | Path
     roles: tuple[str, ...]
     writes: frozenset[str]
+    batches: str | None = None  # the output's: who numbers its batch_id=N/ (batch_source), else None
 
     @property
     def field(self) -> str:
@@ -118,6 +119,7 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
         reports |= {"report.html"} if request.report else set()
         reports |= {PLANS} if handlers else set()
         data |= {COMPARE_SCRATCH} if request.compare_hash else set()
+    batches = batch_source(request) if request.keyed_by_batch else None
     wanted: list[tuple[str | Path, str, set[str]]] = [(request.output, "output", data)]
     if request.report_dir is None:
         data |= reports
@@ -131,9 +133,9 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
         key = location_key(location)
         seen = dirs.get(key)
         if seen is None:
-            dirs[key] = RunDir(location, (role,), frozenset(names))
+            dirs[key] = RunDir(location, (role,), frozenset(names), batches if role == "output" else None)
         else:
-            dirs[key] = RunDir(seen.location, (*seen.roles, role), seen.writes | names)
+            dirs[key] = RunDir(seen.location, (*seen.roles, role), seen.writes | names, seen.batches)
     return list(dirs.values())
 
 
@@ -167,6 +169,7 @@ class Manifest:
     run: str  # the token of the run that wrote it
     entries: frozenset[str]
     role: str | None = None  # RunDir.role of the run that wrote it; None in a manifest older than roles
+    batches: str | None = None  # RunDir.batches of the run that wrote it (an output keyed by batch)
 
 
 def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
@@ -180,14 +183,16 @@ def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
     entries = data.get("entries") if isinstance(data, dict) else None
     run = data.get("run") if isinstance(data, dict) else None
     role = data.get("role") if isinstance(data, dict) else None
+    batches = data.get("batches") if isinstance(data, dict) else None
     if (
         not isinstance(entries, list)
         or not all(isinstance(n, str) for n in entries)
         or not isinstance(run, str)
         or (role is not None and role not in KNOWN)
+        or (batches is not None and not isinstance(batches, str))
     ):
         raise ValueError(f"{path} is not a run's manifest ({{run, entries}}): restore it, or remove it")
-    return Manifest(run, frozenset(entries), role)
+    return Manifest(run, frozenset(entries), role, batches)
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,11 @@ class Leftover:
     def role(self) -> str | None:
         role = (self.info or {}).get("role")
         return role if role in KNOWN else None
+
+    @property
+    def batches(self) -> str | None:
+        batches = (self.info or {}).get("batches")
+        return batches if isinstance(batches, str) else None
 
     def moved_in(self, names: set[str]) -> set[str]:
         """The new run's entries already moved into DIR: listed, present, no longer staged."""
@@ -348,7 +358,7 @@ def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
         if leftover.committed is False:
             names = (names - leftover.moved_in(names)) | set(leftover.aside_names)
         elif leftover.committed and (manifest is None or manifest.run != leftover.token) and leftover.swapping:
-            manifest = Manifest(leftover.token, frozenset(leftover.manifest), leftover.role)  # its swap's last step
+            manifest = Manifest(leftover.token, frozenset(leftover.manifest), leftover.role, leftover.batches)  # its swap's last step
     owned = names & manifest.entries if manifest is not None else _legacy_owned(fs, run_dir, names)
     asides = [lo.aside for lo in leftovers if lo.committed is False and lo.has_aside]
     holds = manifest is not None or _is_checkpoint(fs, [run_dir.location, *asides])
