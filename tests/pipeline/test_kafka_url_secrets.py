@@ -244,7 +244,8 @@ def test_the_cli_refuses_a_file_uri_with_a_password_in_one_line_without_it(tmp_p
         )
         assert done.returncode == 2, done.stderr
         assert done.stderr.splitlines() == [
-            "rebalancer: error: a file: URI names a local path, got the host '***@' in file://***@/data/x"
+            f"rebalancer: error: {flag.removeprefix('--')}: a file: URI names a local path, got the host '***@' in "
+            "file://***@/data/x"
         ], done.stderr
 
 
@@ -293,3 +294,18 @@ def test_a_run_request_refusing_a_location_hides_its_password(fields):
     with pytest.raises(ValueError) as info:
         RunRequest(input="in", output="o", **fields)
     assert SECRET not in str(info.value) and "ftp://***@h/" in str(info.value)
+
+
+def test_a_group_runs_output_that_is_no_location_is_refused_naming_it(tmp_path):
+    """A `?group=` run takes its output's claim first; an output that is no location (a file: URI
+    naming a user) is the run's check to refuse, naming the field, not the claim's."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rebalancer.cli", "pipeline", "run", "--input", "kafka://embedded/t?group=g",
+         "--output", f"file://u:{SECRET}@/data/x"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "rebalancer: error: output: a file: URI names a local path, got the host '***@' in file://***@/data/x"
+    ], done.stderr
+    assert list(tmp_path.iterdir()) == []

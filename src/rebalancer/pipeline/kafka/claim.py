@@ -157,10 +157,16 @@ def group_source(source: object) -> tuple[str, str] | None:
 
 def group_claim(source: object, out: str | Path) -> AbstractContextManager[None]:
     """The claim of `out` for a `kafka://…?group=NAME` input (a URL or a parsed `KafkaInput`);
-    nothing for any other input, or for an output that is a file (the run's own checks refuse it)."""
+    nothing for any other input, or for an output that is a file or no location (the run's own
+    checks refuse those)."""
     read = group_source(source)
-    local = local_path(out)
-    if read is None or (local is not None and local.exists() and not local.is_dir()):
+    if read is None:
+        return nullcontext()
+    try:
+        local = local_path(out)
+    except ValueError:
+        return nullcontext()  # not a location (a file: URI naming a host): the run's checks say so, naming it
+    if local is not None and local.exists() and not local.is_dir():
         return nullcontext()
     return claim_output(out, read[0])
 
