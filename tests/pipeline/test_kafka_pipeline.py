@@ -89,7 +89,7 @@ def test_produce_bad_arguments_exit_2(capsys):
     assert main(["pipeline", "produce", "--bootstrap", "h:1", "--topic", "t", "--rate", "-1"]) == 2
     assert "rate must be >= 0" in capsys.readouterr().err
     assert main(["pipeline", "produce", "--bootstrap", "h:1", "--topic", "t", "--events", "-3"]) == 2
-    assert "events must be an int >= 0, got -3" in capsys.readouterr().err
+    assert "events must be an int in 0..100000000, got -3" in capsys.readouterr().err
 
 
 def test_streaming_from_kafka_crashes_restarts_and_counts_each_event_once(spark, kafka_cluster, kafka_topic, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebalancer.pipeline._output_fs import RunFS, at, location_key
+from rebalancer.pipeline.kafka.telemetry import group_source
 from rebalancer.pipeline.paths import join
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ def _numbering(summary: object) -> str | None:
 def batch_source(request: RunRequest) -> str:
     """Who numbers the batch_id=N/ of a run keyed by batch: its group on its topic, or its stream.
     The output's manifest records it, so the next append knows whose batches are there."""
-    from rebalancer.pipeline.kafka.claim import group_source
-
     read = group_source(request.input)
     return f"group {read[0]!r} on topic {read[1]!r}" if read is not None else "a stream"
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from rebalancer._secrets import masked_url
+from rebalancer.pipeline.kafka.telemetry import group_source
 from rebalancer.pipeline.output_mode import GROUP_LOCK as LOCK_NAME
 from rebalancer.pipeline.paths import local_path
 
@@ -142,17 +143,6 @@ def claim_output(out: str | Path, group: str) -> Iterator[None]:
                     os.ftruncate(held.fd, 0)
                 finally:
                     os.close(held.fd)  # the flock goes with the last open copy of the file
-
-
-def group_source(source: object) -> tuple[str, str] | None:
-    """(group, topic) of a `kafka://…?group=NAME` input (a URL or a parsed `KafkaInput`); None for
-    any other input."""
-    if isinstance(source, str) and source.lower().startswith("kafka://"):
-        from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
-
-        source = parse_kafka_url(source)
-    group = getattr(source, "group", None)
-    return (group, str(getattr(source, "topic", ""))) if isinstance(group, str) else None
 
 
 def group_claim(source: object, out: str | Path) -> AbstractContextManager[None]:

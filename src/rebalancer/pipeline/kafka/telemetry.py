@@ -232,6 +232,15 @@ def is_kafka_url(text: object) -> bool:
     return isinstance(text, str) and text.lower().startswith(SCHEME)
 
 
+def group_source(source: object) -> tuple[str, str] | None:
+    """(group, topic) of a `kafka://…?group=NAME` input (a URL or a parsed `KafkaInput`); None for
+    any other input."""
+    if isinstance(source, str) and source.lower().startswith("kafka://"):
+        source = parse_kafka_url(source)
+    group = getattr(source, "group", None)
+    return (group, str(getattr(source, "topic", ""))) if isinstance(group, str) else None
+
+
 def parse_kafka_url(text: str, columns: Mapping[str, str] | None = None) -> KafkaInput:
     """`kafka://HOST:PORT[,HOST:PORT]/TOPIC[?option=value&...]`, checked before Spark starts."""
     expected = f"input: expected kafka://HOST:PORT/TOPIC or kafka://{EMBEDDED}/TOPIC, got {shown_url(text)!r}"
