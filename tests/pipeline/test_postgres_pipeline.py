@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from pipeline_data import EXPECTED_REASONS, good_frame, read_metrics
 
+from rebalancer._secrets import masked_url
 from rebalancer.pipeline.batch import run_batch
 from rebalancer.pipeline.generate import write_frame
 from rebalancer.pipeline.ingest import inspect_input
@@ -68,7 +69,7 @@ def test_batch_run_puts_the_parquet_rows_in_postgres_and_a_rerun_changes_nothing
         "metrics": {"rows": n_metrics, "changed": n_metrics, "direct": n_metrics, "refused": 0},
         "quarantine": {"rows": n_bad, "changed": n_bad, "direct": n_bad, "refused": 0},
     }
-    assert summary["sink"]["url"] == postgres.display_url and summary["sink"]["seconds"] > 0
+    assert summary["sink"]["url"] == masked_url(postgres.display_url) and summary["sink"]["seconds"] > 0
     assert postgres._password not in (out / "summary.json").read_text()
 
     again = run_batch(spark, spec, out, partitions=2, report=False, sink=sink)
