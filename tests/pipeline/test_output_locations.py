@@ -318,3 +318,62 @@ def test_the_cli_refuses_another_groups_append_before_spark(tmp_path: Path) -> N
     ))
     after = tree(tmp_path / "out")
     assert after.pop("_kafka_group.lock") == tree_empty() and after == before  # the claim's file, kept by design
+
+
+# The second attack: a directory with no manifest and no run's summary.json was cleared by overwrite
+# (a user's quarantine/precious.csv, _plans/ and report.html), as if a run from before manifests were there.
+def test_a_users_files_where_no_run_is_are_refused_in_overwrite_and_kept(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    (mine / "quarantine").mkdir(parents=True)
+    (mine / "quarantine" / "precious.csv").write_text("MINE")
+    (mine / "_plans").mkdir()
+    (mine / "_plans" / "x").write_text("MINE")
+    before = tree(mine)
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(mine, mode="overwrite"), "new")
+    assert str(caught.value) == (
+        f"output {mine} holds quarantine, which this run writes but no run of this pipeline wrote (it has no "
+        "_manifest.json and the name is not a run's): move it away or give another --output"
+    )
+    assert tree(mine) == before
+
+
+def test_a_users_report_where_no_run_is_stays_beside_a_run_that_writes_none(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.html").write_text("MINE")
+    fake_run(_request(mine, mode="overwrite", report=False), "new")
+    assert (mine / "report.html").read_text() == "MINE"
+    assert "report.html" not in json.loads((mine / "_manifest.json").read_text())["entries"]
+
+
+def test_a_users_plan_in_a_report_dir_where_no_run_is_is_refused_and_kept(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "plan.json").write_text("MINE")
+    with pytest.raises(ValueError) as caught:
+        fake_run(_request(tmp_path / "out", report_dir=reports, mode="overwrite"), "new")
+    assert str(caught.value) == (
+        f"report-dir {reports} holds plan.json, which this run writes but no run of this pipeline wrote (it has "
+        "no _manifest.json and the name is not a run's): move it away or give another --report-dir"
+    )
+    assert (reports / "plan.json").read_text() == "MINE" and sorted(p.name for p in reports.iterdir()) == ["plan.json"]
+
+
+# The second attack: a --report-dir old/metrics (or an --output old/metrics/x) was accepted: plan.json
+# among old's Parquet files broke every read of them.
+@pytest.mark.parametrize(("field", "where"), [("report_dir", "old/metrics"), ("output", "old/metrics/x"),
+                                              ("report_dir", "old/quarantine/deeper/r")])
+def test_a_run_never_writes_inside_another_runs_directory(tmp_path: Path, field: str, where: str) -> None:
+    old = _old_output(tmp_path)
+    before = tree(old)
+    fields = {"output": tmp_path / "new", field: tmp_path / where}
+    request = RunRequest(input="data", mode="overwrite", **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as caught:
+        fake_run(request, "new")
+    flag = field.replace("_", "-")
+    assert str(caught.value) == (
+        f"{flag} {tmp_path / where} is inside {old.resolve()}, a run's output (its _manifest.json says so): a run "
+        f"never writes in another run's directory: give another --{flag}"
+    )
+    assert tree(old) == before

@@ -41,7 +41,7 @@ from rebalancer.pipeline._output_fs import (
     location_key,
     staging_name,
 )
-from rebalancer.pipeline.paths import join
+from rebalancer.pipeline.paths import join, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -324,7 +324,12 @@ class DirState:
 
 
 def _legacy_owned(fs: RunFS, run_dir: RunDir, names: set[str]) -> set[str]:
-    """A directory without a manifest: the names a run writes, and the handler folders its summary names."""
+    """A directory without a manifest: the names a run writes, and the handler folders its summary
+    names, if a run from before manifests is there (its summary.json, or a stream's checkpoint);
+    else nothing: a user's own quarantine/ or report.html is no run's, never cleared."""
+    location = run_dir.location
+    if "summary.json" not in names and not _is_checkpoint(fs, [location, at(location, CHECKPOINT)]):
+        return set()
     owned = names & run_dir.known
     if CHECKPOINT in owned and not _is_checkpoint(fs, [at(run_dir.location, CHECKPOINT)]):
         owned.discard(CHECKPOINT)
@@ -449,12 +454,38 @@ def _refuse_dir(state: DirState, mode: str) -> None:
         )
 
 
+def refuse_inside_a_run(dirs: list[RunDir]) -> None:
+    """No run writes inside another run's directory: a --report-dir old/metrics put plan.json among
+    that run's Parquet files (its readers then fail), and an --output old/metrics/x a whole run in
+    its dataset, which old's next overwrite removed. A local directory whose parent (any level up)
+    holds a run's _manifest.json is refused; a remote one is not looked up."""
+    for run_dir in dirs:
+        local = local_path(run_dir.location)
+        if local is None:
+            continue
+        for parent in local.resolve().parents:
+            found = RunFS(parent, None)
+            try:
+                manifest = read_manifest(found, parent)
+            except ValueError:
+                manifest = None  # not a run's manifest: not a run's directory
+            except OSError:
+                break  # unreadable above here: nothing of ours is looked for further
+            if manifest is not None:
+                raise ValueError(
+                    f"{run_dir.field} {run_dir.location} is inside {parent}, a run's "
+                    f"{manifest.role or 'directory'} (its {MANIFEST} says so): a run never writes in another "
+                    f"run's directory: give another --{run_dir.field}"
+                )
+
+
 @masks_errors  # its messages name the directories: a URI's password shows as ***
 def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
     """The output mode's refusals for every directory `request` writes in, before anything is written
     there or replaced; returns what was found (None for a remote directory without `spark`)."""
     dirs = run_dirs(request)
     refuse_nesting(dirs)
+    refuse_inside_a_run(dirs)
     states = [inspect_dir(run_dir, spark) for run_dir in dirs]
     for state in states:
         if state is not None:
