@@ -91,7 +91,7 @@ def test_bootstrap_servers_list_every_broker_on_loopback(kafka_real_cluster: Kaf
 
 
 def test_arguments_are_checked_before_any_jvm_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    with pytest.raises(ValueError, match="brokers must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="brokers must be an int in 1..100, got 0 \\(int\\)"):
         KafkaCluster(brokers=0)
     monkeypatch.setenv("REBALANCER_KAFKA_LIB", str(tmp_path))
     with pytest.raises(KafkaNotInstalledError, match="run `make kafka`"):
@@ -99,7 +99,7 @@ def test_arguments_are_checked_before_any_jvm_starts(tmp_path: Path, monkeypatch
 
 
 def test_arguments_and_mock_only_features(kafka_real_cluster: KafkaCluster):
-    with pytest.raises(ValueError, match=r"^partitions must be an int in 1\.\.2147483647, got 0 \(int\)$"):
+    with pytest.raises(ValueError, match=r"^partitions must be an int in 1\.\.9999, got 0 \(int\)$"):
         kafka_real_cluster.create_topic("zero", partitions=0)
     with pytest.raises(ValueError, match=r"^replication_factor must be an int in 1\.\.3, got 4 \(int\)$"):
         kafka_real_cluster.create_topic("rf4", partitions=1, replication_factor=4)
