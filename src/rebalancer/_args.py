@@ -33,11 +33,17 @@ def _bound(minimum: float | None, exclusive: bool) -> str:
     return f" {'>' if exclusive else '>='} {minimum:g}"
 
 
-def finite_float(minimum: float | None = None, *, exclusive: bool = False) -> Callable[[str], float]:
-    """An argparse `type` for a finite float, at least `minimum` (above it when `exclusive`)."""
-    if minimum is not None and not math.isfinite(minimum):
-        raise ValueError(f"minimum must be a finite number, got {minimum!r}")
+def finite_float(
+    minimum: float | None = None, *, exclusive: bool = False, maximum: float | None = None
+) -> Callable[[str], float]:
+    """An argparse `type` for a finite float, at least `minimum` (above it when `exclusive`) and at
+    most `maximum` (a wait's bound: `socket.settimeout(1e12)` is an OverflowError)."""
+    for name, bound in (("minimum", minimum), ("maximum", maximum)):
+        if bound is not None and not math.isfinite(bound):
+            raise ValueError(f"{name} must be a finite number, got {bound!r}")
     wanted = f"a finite number{_bound(minimum, exclusive)}"
+    if maximum is not None:
+        wanted += f"{' and' if minimum is not None else ''} <= {maximum:g}"
 
     def parse(text: str) -> float:
         try:
@@ -45,7 +51,8 @@ def finite_float(minimum: float | None = None, *, exclusive: bool = False) -> Ca
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         below = minimum is not None and (value <= minimum if exclusive else value < minimum)
-        if not math.isfinite(value) or below:
+        above = maximum is not None and value > maximum
+        if not math.isfinite(value) or below or above:
             raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
         return value
 

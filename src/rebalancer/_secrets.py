@@ -28,9 +28,11 @@ __all__ = [
     "is_secret_key",
     "masked_pairs",
     "masked_repr",
+    "masked_servers",
     "masked_text",
     "masked_url",
     "masks_errors",
+    "refuse_servers_login",
     "shown_location",
 ]
 
@@ -189,6 +191,25 @@ def masked_url(text: str, is_secret: Callable[[str], bool] = is_secret_key, *, a
     if parameters >= 0:
         spans.extend(_secret_values(text, parameters + 1, is_secret, ";"))
     return _masked_spans(text, spans)
+
+
+def masked_servers(text: str) -> str:
+    """A broker list (`HOST:PORT[,HOST:PORT]`, no scheme) as errors show it: everything up to its
+    last '@' as *** (`***@h:9092`), since a password may hold ',' or '@' unencoded. A broker list
+    holds no user info, so a text with an '@' was given one by mistake."""
+    at = text.rfind("@")
+    return text if at < 0 else MASK + text[at:]
+
+
+def refuse_servers_login(servers: str, field: str) -> None:
+    """ValueError naming `field` if the broker list `servers` holds an '@', its user info masked: a
+    broker list takes no login (sasl.username and sasl.password do), and one given there was shown
+    by every repr and error that names the servers. One rule for `produce` and the pipeline's reader."""
+    if "@" in servers:
+        raise ValueError(
+            f"{field} takes no user info (a login goes in sasl.username and sasl.password), "
+            f"got {masked_servers(servers)!r}"
+        )
 
 
 def masked_pairs(text: str, is_secret: Callable[[str], bool] = is_secret_key) -> str:

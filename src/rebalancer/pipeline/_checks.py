@@ -7,7 +7,17 @@ million empty tasks (9 minutes), and a `group_cost` of 1e47 failed only in the p
 
 from __future__ import annotations
 
-__all__ = ["COUNT_MAX", "EVENTS_MAX", "PARTITIONS_MAX", "SECONDS_MAX", "check_int", "check_partitions"]
+import math
+
+__all__ = [
+    "COUNT_MAX",
+    "EVENTS_MAX",
+    "PARTITIONS_MAX",
+    "SECONDS_MAX",
+    "check_int",
+    "check_partitions",
+    "check_seconds",
+]
 
 # Tasks of one stage: Spark schedules every partition even when it is empty (~0.5 ms each here).
 PARTITIONS_MAX = 10_000
@@ -34,3 +44,17 @@ def check_partitions(value: object, field: str = "partitions") -> int:
 
     One check for `balanced_apply` and a pipeline run, so both refuse the same values alike."""
     return check_int(value, field, 1, PARTITIONS_MAX)
+
+
+def check_seconds(value: object, field: str) -> float:
+    """`value` as a wait in seconds, above 0 and at most SECONDS_MAX (a finite int or float, not a
+    bool); ValueError naming `field` and the value. Unbounded, 1e12 s reached `socket.settimeout`
+    as an OverflowError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= SECONDS_MAX
+    ):
+        raise ValueError(f"{field} must be a number of seconds > 0 and at most {SECONDS_MAX}, got {value!r}")
+    return float(value)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors
 from rebalancer.balance.metrics import max_over_median
-from rebalancer.pipeline._checks import COUNT_MAX, check_int, check_partitions
+from rebalancer.pipeline._checks import COUNT_MAX, check_int, check_partitions, check_seconds
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.dispatch import PARTITIONINGS
 from rebalancer.pipeline.framework import Routing
@@ -51,6 +51,7 @@ class StreamConfig:
         check_int(self.files_per_batch, "files_per_batch", 1, COUNT_MAX)
         if self.max_moves is not None:
             check_int(self.max_moves, "max_moves", 0, COUNT_MAX)
+        check_seconds(self.trigger_seconds, "trigger_seconds")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rebalancer._args import finite_float, integer
 from rebalancer._args import local_path as local_path_flag
 from rebalancer._secrets import masks_errors, shown_location
+from rebalancer.pipeline._checks import SECONDS_MAX
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.ingest import FORMATS
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
@@ -152,7 +153,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--connect-timeout",
-        type=finite_float(minimum=0, exclusive=True),
+        type=finite_float(minimum=0, exclusive=True, maximum=SECONDS_MAX),
         default=DEFAULT_CONNECT_TIMEOUT_S,
         metavar="SECONDS",
         help="how long to wait for a spark:// or k8s:// --master or an sc:// --remote to answer before failing",

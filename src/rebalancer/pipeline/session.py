@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from rebalancer._numbers import parse_int
 from rebalancer._secrets import masked_text, shown_location
+from rebalancer.pipeline._checks import check_seconds
 from rebalancer.pipeline._connect import is_connect, is_connect_url
 from rebalancer.pipeline._py4j_log import hide_py4j_values
 
@@ -77,6 +78,7 @@ def build_session(
     same way.
     """
     if connect_timeout is not None:
+        check_seconds(connect_timeout, "connect_timeout")
         check_reachable(master, connect_timeout, field=field, advice=advice)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -260,6 +262,7 @@ def check_reachable(master: str | None, timeout: float, field: str = "master", a
     for minutes, then fails in a page of Java or gRPC trace. A TCP connection tells an address where
     nothing listens (refused, unknown, silent), not a listener that is no Spark master.
     Raises ValueError naming `field`, the URL, each address's reason, then `advice`."""
+    check_seconds(timeout, "timeout")
     addresses = master_addresses(master)
     deadline = time.monotonic() + timeout
     reasons = []

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from rebalancer._numbers import ASCII_WHITESPACE, parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
-from rebalancer._secrets import SECRET_KEY_WORDS
+from rebalancer._secrets import SECRET_KEY_WORDS, refuse_servers_login
 from rebalancer._secrets import is_secret_key as _is_secret_key
 
 __all__ = [
@@ -301,7 +301,9 @@ def check_servers(value: object, *, field: str = "bootstrap.servers") -> str:
     """`value` if it is a broker list as librdkafka takes it: one string, HOST[:PORT] entries by
     commas (an IPv6 host in brackets), each host non-empty and each port ASCII digits in 1..65535;
     else ValueError naming `field` and the value. Split by aiokafka's parser (the producer connects
-    with it), which alone took 'h:99999', 'h:0' and a port of '٣'."""
+    with it), which alone took 'h:99999', 'h:0' and a port of '٣'. A host holding '@' is refused
+    first, its user info masked: a broker list takes no login (sasl.username/sasl.password do), and
+    'u:PW@h:9092' was taken, its password then shown by the config's repr and every error."""
     from rebalancer.produce.aiokafka_adapter import broker_address  # it imports this module
 
     wanted = f"{field} must be HOST:PORT[,HOST:PORT...] with ports in 1..65535"
@@ -309,6 +311,7 @@ def check_servers(value: object, *, field: str = "bootstrap.servers") -> str:
         raise ValueError(f"{field} is required (HOST:PORT[,HOST:PORT...])")
     if not isinstance(value, str) or not value.strip(ASCII_WHITESPACE):
         raise ValueError(f"{wanted}, got {shown(value)}")
+    refuse_servers_login(value, field)
     for entry in value.split(","):
         entry = entry.strip(ASCII_WHITESPACE)
         try:

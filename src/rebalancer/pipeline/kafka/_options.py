@@ -10,7 +10,7 @@ from typing import Any
 from rebalancer._json import DuplicateKeyError, loads_unique
 from rebalancer._kafka_names import check_topic_name
 from rebalancer._numbers import parse_int, shown
-from rebalancer._secrets import masked_pairs
+from rebalancer._secrets import masked_pairs, refuse_servers_login
 from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX
 
 librdkafka_log = logging.getLogger("rebalancer.kafka.librdkafka")
@@ -199,6 +199,7 @@ def parse_options(options: Mapping[str, str], streaming: bool | None = False) ->
     servers = (get("bootstrap.servers") or "").strip()
     if not servers:
         raise ValueError("option bootstrap.servers is required (host:port[,host:port])")
+    refuse_servers_login(servers, "option bootstrap.servers")
     topic = (get("topic") or "").strip()
     if not topic:
         raise ValueError("option topic is required")
