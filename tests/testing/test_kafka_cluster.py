@@ -91,7 +91,7 @@ def test_bootstrap_servers_list_every_broker_on_loopback(kafka_real_cluster: Kaf
 
 
 def test_arguments_are_checked_before_any_jvm_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    with pytest.raises(ValueError, match="brokers must be an int in 1..100, got 0 \\(int\\)"):
+    with pytest.raises(ValueError, match=r"^brokers must be an int in 1\.\.100, got 0 \(int\)$"):
         KafkaCluster(brokers=0)
     monkeypatch.setenv("REBALANCER_KAFKA_LIB", str(tmp_path))
     with pytest.raises(KafkaNotInstalledError, match="run `make kafka`"):
