@@ -46,12 +46,14 @@ def test_run_from_python_then_refused_reused_and_overwritten(
         run(RunRequest(input=data, output=tmp_path / "first", partitions=4), spark=spark)
     assert (tmp_path / "first" / "summary.json").read_text() == before
 
-    # A plan left in the output, every item on slot 0: not read unless asked.
+    # A plan left in an earlier run's output (one from before manifests: its summary.json says a run
+    # was there), every item on slot 0: not read unless asked.
     plan = json.loads((tmp_path / "first" / "plan.json").read_text())
     skewed = {**plan, "items": [{**item, "slot": 0} for item in plan["items"]]}
     stale = tmp_path / "second"
     stale.mkdir()
     (stale / "plan.json").write_text(json.dumps(skewed))
+    (stale / "summary.json").write_text((tmp_path / "first" / "summary.json").read_text())
     second = run(RunRequest(input=data, output=stale, partitions=4, mode="append", report=False), spark=spark)
     assert second.plan_reused is None and second.output_mode == "append"
     assert second.details["planned_load"] == first.details["planned_load"]

@@ -41,7 +41,8 @@ from rebalancer.pipeline._output_fs import (
     location_key,
     staging_name,
 )
-from rebalancer.pipeline.paths import join, local_path
+from rebalancer.pipeline._output_places import refuse_inside_a_run, refuse_nesting
+from rebalancer.pipeline.paths import join
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -137,31 +138,6 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
         else:
             dirs[key] = RunDir(seen.location, (*seen.roles, role), seen.writes | names, seen.batches)
     return list(dirs.values())
-
-
-def _inside(inner: str, outer: str) -> bool:
-    """Location keys: `inner` is under `outer` (a local path's or a URI's, by its '/'s)."""
-    return inner.startswith(outer.rstrip("/") + "/")
-
-
-def refuse_nesting(dirs: list[RunDir]) -> None:
-    """A run's directories are apart: one inside another (a --report-dir out/metrics) was written
-    into the other's staging and failed only at the swap, after the whole run. The output with its
-    own report (report-dir = output) is one directory, and a stream's OUTPUT/_checkpoint one of its
-    entries; any other pair that is one directory, or nested, is refused before any work."""
-    for run_dir in dirs:
-        if "checkpoint" in run_dir.roles and len(run_dir.roles) > 1:
-            raise ValueError(
-                f"checkpoint {run_dir.location} is the {run_dir.field} too: a run's directories (output, "
-                "report-dir, checkpoint) must be apart: give another --checkpoint"
-            )
-    for inner in dirs:
-        for outer in dirs:
-            if inner is not outer and _inside(inner.key, outer.key):
-                raise ValueError(
-                    f"{inner.field} {inner.location} is inside the {outer.field} {outer.location}: a run's "
-                    f"directories (output, report-dir, checkpoint) must be apart: give another --{inner.field}"
-                )
 
 
 @dataclass(frozen=True)
@@ -452,31 +428,6 @@ def _refuse_dir(state: DirState, mode: str) -> None:
             f"{where} already holds a run's outputs ({_shown(held)}): --mode overwrite replaces them, "
             "--mode append adds this run to them"
         )
-
-
-def refuse_inside_a_run(dirs: list[RunDir]) -> None:
-    """No run writes inside another run's directory: a --report-dir old/metrics put plan.json among
-    that run's Parquet files (its readers then fail), and an --output old/metrics/x a whole run in
-    its dataset, which old's next overwrite removed. A local directory whose parent (any level up)
-    holds a run's _manifest.json is refused; a remote one is not looked up."""
-    for run_dir in dirs:
-        local = local_path(run_dir.location)
-        if local is None:
-            continue
-        for parent in local.resolve().parents:
-            found = RunFS(parent, None)
-            try:
-                manifest = read_manifest(found, parent)
-            except ValueError:
-                manifest = None  # not a run's manifest: not a run's directory
-            except OSError:
-                break  # unreadable above here: nothing of ours is looked for further
-            if manifest is not None:
-                raise ValueError(
-                    f"{run_dir.field} {run_dir.location} is inside {parent}, a run's "
-                    f"{manifest.role or 'directory'} (its {MANIFEST} says so): a run never writes in another "
-                    f"run's directory: give another --{run_dir.field}"
-                )
 
 
 @masks_errors  # its messages name the directories: a URI's password shows as ***
