@@ -30,6 +30,15 @@ def produce_sample(bootstrap: str, topic: str, events: int, seed: int) -> None:
     produce_events(bootstrap, topic, keys, values)
 
 
+def cluster_id(bootstrap: str) -> str:
+    """The cluster's id, as its brokers' metadata gives it."""
+    from confluent_kafka.admin import AdminClient
+
+    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).cluster_id
+    assert isinstance(found, str) and found
+    return found
+
+
 def db_totals(conn: object, schema: str) -> pd.DataFrame:
     """The sink's metrics folded over batches: count and sum add, min and max combine."""
     cursor = conn.execute(  # type: ignore[attr-defined]
@@ -159,7 +168,7 @@ def test_cli_group_run_keys_the_sink_by_batch_and_resumes(
     assert main(argv) == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kafka_group"] == {"group": group, "topic": topic, "batch_id": 0, "start": {"0": 0, "1": 0},
-                                      "end": summary["kafka_group"]["end"]}
+                                      "end": summary["kafka_group"]["end"], "cluster": cluster_id(bootstrap)}
     assert sum(summary["kafka_group"]["end"].values()) == 2_000
     key = pg_connect.execute(
         "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "

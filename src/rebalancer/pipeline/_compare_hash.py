@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rebalancer.pipeline._output_fs import RunFS
+from rebalancer.pipeline._output_manifest import COMPARE_SCRATCH
 from rebalancer.pipeline.core import PassTarget, run_pass
-from rebalancer.pipeline.output_mode import COMPARE_SCRATCH
 from rebalancer.pipeline.session import default_parallelism
 from rebalancer.pipeline.slots import SlotPlan, hash_plan
 

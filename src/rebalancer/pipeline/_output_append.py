@@ -4,15 +4,19 @@ A batch run keys its metrics by date (metrics/date=…/), a stream and a Kafka `
 (metrics/batch_id=N/), each numbering its batches from its own source: a group run from the sum of
 its group's offsets (0 for a new group), a stream from its checkpoint. So an append never mixes the
 two layouts, and never adds a group's or a stream's batches to another source's: the second group
-started at batch_id=0 too, and replaced the first group's batch.
+started at batch_id=0 too, and replaced the first group's batch. For the same reason a group run
+never appends the same group's batches from another Kafka cluster, nor from offsets that went back
+(the group reset, expired or recreated): each would number a batch over an earlier one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebalancer.pipeline._output_fs import RunFS, at, location_key
+from rebalancer.pipeline._output_manifest import GroupRange
 from rebalancer.pipeline.kafka.telemetry import group_source
 from rebalancer.pipeline.paths import join
 
@@ -55,17 +59,63 @@ def batch_source(request: RunRequest) -> str:
     return f"group {read[0]!r} on topic {read[1]!r}" if read is not None else "a stream"
 
 
+def _previous_summary(states: list[DirState], spark: SparkSession | None) -> object:
+    """The previous run's summary.json among this run's directories (the output, or the report-dir
+    the request names); None if there is none or it cannot be read (the run's own load says so)."""
+    for state in states:
+        if "summary.json" in state.owned:
+            try:
+                return RunFS(state.dir.location, spark).read_json(at(state.dir.location, "summary.json"))
+            except (FileNotFoundError, ValueError):
+                return None
+    return None
+
+
 def _summary_source(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> str | None:
     """Whose batches the previous run's summary.json names (an output from before manifests said so)."""
     key = location_key(request.report_dir if request.report_dir is not None else request.output)
-    state = next((s for s in states if s is not None and s.dir.key == key), None)
-    if state is None or "summary.json" not in state.owned:
-        return None
-    try:
-        summary = RunFS(state.dir.location, spark).read_json(at(state.dir.location, "summary.json"))
-    except (FileNotFoundError, ValueError):
-        return None  # unreadable: the run's own load of it says so
-    return _numbering(summary)
+    return _numbering(_previous_summary([s for s in states if s is not None and s.dir.key == key], spark))
+
+
+def previous_group(states: list[DirState], spark: SparkSession | None) -> GroupRange | None:
+    """The range of the group run whose batches the output holds: its manifest's record, else (an
+    output from before manifests kept it) the previous summary's `kafka_group`, without a cluster."""
+    output = states[0]  # run_dirs lists the output first
+    if output.manifest is not None and output.manifest.group is not None:
+        return output.manifest.group
+    summary = _previous_summary(states, spark)
+    return GroupRange.from_json(summary.get("kafka_group")) if isinstance(summary, dict) else None
+
+
+def _offsets(offsets: Mapping[int, int]) -> str:
+    return "{" + ", ".join(f"{p}: {o}" for p, o in sorted(offsets.items())) + "}"
+
+
+def refuse_group_rewind(states: list[DirState], previous: GroupRange | None, ours: GroupRange) -> None:
+    """An append of a group run after the last one in the output: from the same cluster, and from
+    where that run ended (or again from where it started: a run stopped before its offset commit is
+    rewritten). Another cluster's group counts its batch ids from its own offsets, and a group whose
+    offsets went back (reset, expired, deleted and recreated) from lower ones: either would number
+    a batch over an earlier one, and replace it."""
+    if previous is None:
+        return
+    output = states[0]
+    whose = f"output {output.dir.location} holds the batches of {output.dir.batches or 'a group'}"
+    how = "give another --output, or --mode overwrite"
+    if previous.cluster is not None and ours.cluster is not None and previous.cluster != ours.cluster:
+        raise ValueError(
+            f"{whose} from Kafka cluster {previous.cluster!r}, and this run reads cluster {ours.cluster!r}: "
+            f"its batch ids count from that cluster's offsets, and --mode append would number its batches "
+            f"over them: {how}"
+        )
+    rerun = dict(ours.start) == dict(previous.start)
+    behind = {p: o for p, o in sorted(ours.start.items()) if o < previous.end.get(p, 0)}
+    if behind and not rerun:
+        raise ValueError(
+            f"{whose} up to offsets {_offsets(previous.end)}, and the group now starts at "
+            f"{_offsets(ours.start)}: its offsets went back (the group was reset, expired or recreated), "
+            f"and --mode append would write batch_id={ours.batch_id} over an earlier batch: {how}"
+        )
 
 
 def refuse_other_batches(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:

@@ -7,10 +7,10 @@ refused before any work.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
-from rebalancer.pipeline._output_fs import MANIFEST
+from rebalancer.pipeline._output_fs import MANIFEST, RunFS
+from rebalancer.pipeline._output_manifest import Manifest
 from rebalancer.pipeline.paths import local_path
 
 if TYPE_CHECKING:
@@ -52,17 +52,18 @@ def refuse_inside_a_run(dirs: list[RunDir]) -> None:
         if local is None:
             continue
         for parent in local.resolve().parents:
-            try:
-                manifest = json.loads((parent / MANIFEST).read_text(encoding="utf-8"))
-            except (FileNotFoundError, NotADirectoryError):
+            if not (parent / MANIFEST).exists():
                 continue
-            except (OSError, ValueError):
+            try:
+                manifest = Manifest.from_json(RunFS(parent, None).read_json(parent / MANIFEST))
+            except FileNotFoundError:
+                continue
+            except ValueError:
                 break  # unreadable above here: nothing of ours is looked for further
-            if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list):
+            if manifest is None:
                 continue  # not a run's manifest: not a run's directory
-            role = manifest.get("role")
             raise ValueError(
                 f"{run_dir.field} {run_dir.location} is inside {parent}, a run's "
-                f"{role if isinstance(role, str) else 'directory'} (its {MANIFEST} says so): a run never "
+                f"{manifest.role or 'directory'} (its {MANIFEST} says so): a run never "
                 f"writes in another run's directory: give another --{run_dir.field}"
             )

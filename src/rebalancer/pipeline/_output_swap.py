@@ -33,11 +33,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rebalancer import __version__
 from rebalancer._secrets import masked_text, shown_location
+from rebalancer.pipeline._output_append import previous_group, refuse_group_rewind
 from rebalancer.pipeline._output_fs import INFO, MANIFEST, RunFS, aside_name, at, location_key, staging_name
+from rebalancer.pipeline._output_manifest import SPARK_LOG, GroupRange, Manifest
 from rebalancer.pipeline.output_mode import (
-    SPARK_LOG,
     DirState,
     Leftover,
     collision,
@@ -65,18 +65,6 @@ def held(point: str) -> None:
 def _token() -> str:
     """Sorts by time; unique among runs (pid, and random bits for runs on other hosts)."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def _manifest(token: str, entries: list[str] | set[str], role: str | None, batches: str | None) -> dict[str, Any]:
-    """DIR/_manifest.json: the run, its entries, what DIR is to runs (a role no other run replaces)
-    and, in an output keyed by batch, who numbers its batches (no other source appends there)."""
-    manifest: dict[str, Any] = {"version": 1, "written_by": f"rebalancer {__version__}", "run": token,
-                                "entries": sorted(entries)}
-    if role is not None:
-        manifest["role"] = role
-    if batches is not None:
-        manifest["batches"] = batches
-    return manifest
 
 
 def _our_log(fs: RunFS, location: str | Path) -> bool:
@@ -137,7 +125,7 @@ def recover(states: list[DirState], spark: SparkSession | None) -> int:
             found += 1
             if leftover.committed:
                 if _manifest_stale(fs, location, leftover):
-                    fs.write_json(at(location, MANIFEST), _manifest(leftover.token, set(leftover.manifest), leftover.role, leftover.batches))
+                    fs.write_json(at(location, MANIFEST), leftover.record.to_json())
                 fs.remove(leftover.aside)
                 fs.remove(leftover.stage)
                 log.warning("%s: finished the swap of a run stopped after it was in place (%s)", shown, leftover.token)
@@ -190,6 +178,16 @@ class Outputs:
         self.created: list[str | Path] = []
         self.committed = False
         self._published = False
+        # The output's group record: the previous run's, carried by an append until this run's
+        # group range is planned (take_group); a staged run records only its own.
+        output = states[0].manifest if states else None
+        self.group: GroupRange | None = output.group if output is not None and not self.staged else None
+        self._entries: dict[str, frozenset[str]] = {}  # an append's manifest entries, by directory
+
+    def _manifest(self, state: DirState, entries: set[str] | frozenset[str]) -> dict[str, Any]:
+        """DIR's manifest as this run writes it (the group record is the output's)."""
+        group = self.group if state is self.states[0] else None
+        return Manifest(self.token, frozenset(entries), state.dir.role, state.dir.batches, group).to_json()
 
     def at(self, location: str | Path) -> str | Path:
         """Where this run writes what belongs in `location` (one of the run's directories)."""
@@ -207,8 +205,8 @@ class Outputs:
                 self.created.append(location)
             if not self.staged:
                 fs.mkdir(location)
-                entries = state.owned | state.dir.writes | _kept_log(state, fs)
-                fs.write_json(at(location, MANIFEST), _manifest(self.token, set(entries), state.dir.role, state.dir.batches))
+                self._entries[state.dir.key] = state.owned | state.dir.writes | _kept_log(state, fs)
+                fs.write_json(at(location, MANIFEST), self._manifest(state, self._entries[state.dir.key]))
                 continue
             stage = at(location, staging_name(self.token))
             fs.mkdir(stage)
@@ -216,6 +214,19 @@ class Outputs:
             info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
                     "host": socket.gethostname(), "role": state.dir.role, "batches": state.dir.batches, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
             fs.write_json(at(stage, INFO), info)
+
+    def take_group(self, ours: GroupRange) -> None:
+        """A Kafka `?group=` run's range, once planned (under the output's claim), before it reads:
+        an append refuses a range from another cluster or from offsets that went back, which would
+        number a batch over an earlier one, and records it in the output's manifest at once; a
+        staged run records it at its swap."""
+        output = self.states[0]
+        if not self.staged:
+            refuse_group_rewind(self.states, previous_group(self.states, self.spark), ours)
+        self.group = ours
+        if not self.staged:
+            fs = self.fs[output.dir.key]
+            fs.write_json(at(output.dir.location, MANIFEST), self._manifest(output, self._entries[output.dir.key]))
 
     def discard(self) -> None:
         """Remove this run's staging (Ctrl-C, a failure): the previous run was never touched."""
@@ -239,8 +250,10 @@ class Outputs:
         for swap in swaps:
             info = swap.fs.read_json(at(swap.stage, INFO))
             swap.fs.write_json(
-                at(swap.stage, INFO), {**info, "entries": swap.entries, "aside": swap.old, "manifest": sorted(swap.manifest)}
-            )
+                at(swap.stage, INFO),
+                {**info, "entries": swap.entries, "aside": swap.old, "manifest": sorted(swap.manifest),
+                 "group": self.group.to_json() if self.group is not None and swap is swaps[0] else None},
+            )  # fmt: skip
         try:
             for swap in reversed(swaps):  # the output last: its manifest is the commit point
                 if swap.old:
@@ -252,7 +265,7 @@ class Outputs:
                 for name in swap.entries:
                     swap.fs.move(at(swap.stage, name), at(swap.location, name))
             output = swaps[0]
-            output.fs.write_json(at(output.location, MANIFEST), _manifest(self.token, output.manifest, output.state.dir.role, output.state.dir.batches))
+            output.fs.write_json(at(output.location, MANIFEST), self._manifest(output.state, output.manifest))
             self.committed = True
         except BaseException:
             with _sigint_ignored():
@@ -284,7 +297,7 @@ class Outputs:
         A failure here leaves the new run in place; the next run removes what is left."""
         try:
             for swap in swaps[1:]:
-                swap.fs.write_json(at(swap.location, MANIFEST), _manifest(self.token, swap.manifest, swap.state.dir.role, swap.state.dir.batches))
+                swap.fs.write_json(at(swap.location, MANIFEST), self._manifest(swap.state, swap.manifest))
             for swap in swaps:
                 swap.fs.remove(swap.aside)
                 swap.fs.remove(swap.stage)

@@ -15,6 +15,7 @@ from rebalancer import __version__
 from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline._compare_hash import COMPARED_STAGES, hash_wall, pass_wall, wall_comparison
+from rebalancer.pipeline._output_manifest import GroupRange
 from rebalancer.pipeline.contract import SKEW_DIGITS
 from rebalancer.pipeline.core import (  # re-exported: callers import them from here
     InputCounts,
@@ -263,6 +264,7 @@ def run_batch(
     compare_hash: bool = False,
     output_name: str | None = None,
     publish: Callable[[], None] | None = None,
+    on_group: Callable[[GroupRange], None] | None = None,
 ) -> dict[str, Any]:
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
 
@@ -294,6 +296,8 @@ def run_batch(
     `output_name` is the output the summary names, when `out` is where the run is staged;
     `publish` (which swaps a staged run in) is called once every output is written, before a Kafka
     group's offsets are committed: a run stopped between the two reads the same records again.
+    `on_group` is given a `?group=` run's range (and its cluster's id) once planned, before the
+    read: the outputs refuse one that would number a batch over an earlier one, and record it.
     """
     check_output(out, spec, spark=spark)
     with pipeline_conf(spark):
@@ -315,6 +319,7 @@ def run_batch(
             compare_hash=compare_hash,
             output_name=output_name,
             publish=publish,
+            on_group=on_group,
         )
 
 
@@ -336,6 +341,7 @@ def _run_batch(
     compare_hash: bool = False,
     output_name: str | None = None,
     publish: Callable[[], None] | None = None,
+    on_group: Callable[[GroupRange], None] | None = None,
 ) -> dict[str, Any]:
     if partitioning not in PARTITIONINGS:
         raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
@@ -351,6 +357,8 @@ def _run_batch(
         if handlers is not None and handlers.handlers:
             raise ValueError("a kafka:// input with group takes no --handlers yet (their outputs are not kept per run)")
         spec = group_read.spec
+        if on_group is not None:
+            on_group(GroupRange(group_read.cluster, group_read.start, group_read.end))
     reports = reports or out  # where summary.json, plan.json and report.html live
     previous_summary = load_previous_summary(reports)
 
@@ -424,6 +432,7 @@ def _run_batch(
             "group": group_read.group,
             "topic": group_read.spec.topic,
             "batch_id": group_read.batch_id,
+            "cluster": group_read.cluster,
             "start": {str(p): o for p, o in sorted(group_read.start.items())},
             "end": {str(p): o for p, o in sorted(group_read.end.items())},
         }

@@ -386,7 +386,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def spark_log_path(output: str | Path, report_dir: str | Path | None) -> Path:
     """Where a quiet run's Spark log goes: OUTPUT/spark.log, else (a remote output) the report
     directory's if it is local, else a new temporary directory's."""
-    from rebalancer.pipeline.output_mode import SPARK_LOG
+    from rebalancer.pipeline._output_manifest import SPARK_LOG
 
     local = local_path(output)
     if local is None and report_dir is not None:

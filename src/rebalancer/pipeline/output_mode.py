@@ -41,6 +41,18 @@ from rebalancer.pipeline._output_fs import (
     location_key,
     staging_name,
 )
+from rebalancer.pipeline._output_manifest import (
+    CHECKPOINT,
+    CHECKPOINT_ENTRIES,
+    COMPARE_SCRATCH,
+    GROUP_LOCK,
+    KNOWN,
+    PLANS,
+    SPARK_LOG,
+    GroupRange,
+    Manifest,
+    read_manifest,
+)
 from rebalancer.pipeline._output_places import refuse_inside_a_run, refuse_nesting
 from rebalancer.pipeline.paths import join
 
@@ -50,26 +62,6 @@ if TYPE_CHECKING:
     from rebalancer.pipeline.runner import RunRequest
 
 OUTPUT_MODES = ("error", "overwrite", "append")
-REPORT_FILES = ("summary.json", "plan.json", "report.html")
-# A quiet CLI run's Spark log (see rebalancer.pipeline.quiet), written in place from before the run
-# starts: the latest run's log, never swapped, never alone a reason to refuse a directory.
-SPARK_LOG = "spark.log"
-# The claim a Kafka `?group=` run holds on its output (rebalancer.pipeline.kafka.claim): no run's
-# entry, so never listed in a manifest, replaced or cleared (a run may hold it while it swaps).
-GROUP_LOCK = "_kafka_group.lock"
-PLANS = "_plans"  # the handlers' plan stores
-CHECKPOINT = "_checkpoint"  # a stream's default checkpoint, OUTPUT/_checkpoint
-COMPARE_SCRATCH = "_compare_hash"  # --compare-hash's passes, removed after
-CHECKPOINT_ENTRIES = ("query", "rebalancer")  # Spark's checkpoint, and the rebalancer's state beside it
-# The names a run writes, by what the directory is to it: what a directory without a manifest
-# counts as a run's.
-KNOWN = {
-    "output": frozenset({"metrics", "quarantine", *REPORT_FILES, PLANS, CHECKPOINT, SPARK_LOG, COMPARE_SCRATCH}),
-    "report-dir": frozenset({*REPORT_FILES, PLANS, SPARK_LOG}),
-    "checkpoint": frozenset(CHECKPOINT_ENTRIES),
-}
-
-
 @dataclass(frozen=True)
 class RunDir:
     """A directory a run writes in, what it is to the run (output, report-dir, checkpoint: the
@@ -141,37 +133,6 @@ def run_dirs(request: RunRequest) -> list[RunDir]:
 
 
 @dataclass(frozen=True)
-class Manifest:
-    run: str  # the token of the run that wrote it
-    entries: frozenset[str]
-    role: str | None = None  # RunDir.role of the run that wrote it; None in a manifest older than roles
-    batches: str | None = None  # RunDir.batches of the run that wrote it (an output keyed by batch)
-
-
-def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
-    """DIR/_manifest.json; None when there is none. One that cannot be used is refused, naming it:
-    without it, what in the directory is a run's is not known."""
-    path = at(location, MANIFEST)
-    try:
-        data = fs.read_json(path)
-    except FileNotFoundError:
-        return None
-    entries = data.get("entries") if isinstance(data, dict) else None
-    run = data.get("run") if isinstance(data, dict) else None
-    role = data.get("role") if isinstance(data, dict) else None
-    batches = data.get("batches") if isinstance(data, dict) else None
-    if (
-        not isinstance(entries, list)
-        or not all(isinstance(n, str) for n in entries)
-        or not isinstance(run, str)
-        or (role is not None and role not in KNOWN)
-        or (batches is not None and not isinstance(batches, str))
-    ):
-        raise ValueError(f"{path} is not a run's manifest ({{run, entries}}): restore it, or remove it")
-    return Manifest(run, frozenset(entries), role, batches)
-
-
-@dataclass(frozen=True)
 class Leftover:
     """A staging directory (and the set-aside one) that a run killed or stopped left in DIR."""
 
@@ -207,6 +168,12 @@ class Leftover:
     def batches(self) -> str | None:
         batches = (self.info or {}).get("batches")
         return batches if isinstance(batches, str) else None
+
+    @property
+    def record(self) -> Manifest:
+        """The manifest its run writes at its commit point (recovery writes it if the run did not)."""
+        group = GroupRange.from_json((self.info or {}).get("group"))
+        return Manifest(self.token, frozenset(self.manifest), self.role, self.batches, group)
 
     def moved_in(self, names: set[str]) -> set[str]:
         """The new run's entries already moved into DIR: listed, present, no longer staged."""
@@ -339,7 +306,7 @@ def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
         if leftover.committed is False:
             names = (names - leftover.moved_in(names)) | set(leftover.aside_names)
         elif leftover.committed and (manifest is None or manifest.run != leftover.token) and leftover.swapping:
-            manifest = Manifest(leftover.token, frozenset(leftover.manifest), leftover.role, leftover.batches)  # its swap's last step
+            manifest = leftover.record  # its swap's last step
     owned = names & manifest.entries if manifest is not None else _legacy_owned(fs, run_dir, names)
     asides = [lo.aside for lo in leftovers if lo.committed is False and lo.has_aside]
     holds = manifest is not None or _is_checkpoint(fs, [run_dir.location, *asides])

@@ -305,4 +305,5 @@ def _run_into(
         compare_hash=request.compare_hash,
         output_name=shown,
         publish=outputs.publish,
+        on_group=outputs.take_group,
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rebalancer._secrets import shown_location
-from rebalancer.pipeline.output_mode import REPORT_FILES
+from rebalancer.pipeline._output_manifest import REPORT_FILES
 from rebalancer.pipeline.paths import join, local_path
 
 log = logging.getLogger(__name__)

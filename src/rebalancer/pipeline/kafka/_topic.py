@@ -52,6 +52,7 @@ class TopicView:
         self.options = options
         self._consumer: Consumer | None = None
         self._errors: list[Any] = []
+        self.cluster_id: str | None = None  # the cluster's id, from the last metadata answer
 
     def _client(self) -> Consumer:
         if self._consumer is None:
@@ -87,6 +88,7 @@ class TopicView:
             metadata = self._client().list_topics(topic, timeout=self.timeout_s)
         except KafkaException as exc:
             raise RuntimeError(self.unreachable(exc.args[0])) from None
+        self.cluster_id = metadata.cluster_id
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             why = f" ({found.error.str()})" if found is not None and found.error is not None else ""
@@ -240,12 +242,22 @@ def commit_group_offsets(options: KafkaOptions, end: Mapping[int, int]) -> dict[
     return rising
 
 
-def plan_group_read(options: KafkaOptions) -> tuple[dict[int, int], dict[int, int]]:
-    """(start, end) of a batch read for `options.group`: its committed offsets to the latest."""
+def plan_group_range(options: KafkaOptions) -> tuple[dict[int, int], dict[int, int], str | None]:
+    """(start, end, cluster) of a batch read for `options.group`: its committed offsets to the
+    latest, and the id of the cluster that holds them (None if the brokers give none). A group's
+    batch ids count from its offsets, so the same group and topic on another cluster numbers its
+    batches from 0 again: the output keeps the cluster's id to refuse such an append."""
     view = TopicView(options)
     try:
         marks = view.watermarks()
+        cluster = view.cluster_id
     finally:
         view.close()
     start = group_offsets(options, marks)
-    return start, {p: high for p, (_low, high) in marks.items()}
+    return start, {p: high for p, (_low, high) in marks.items()}, cluster
+
+
+def plan_group_read(options: KafkaOptions) -> tuple[dict[int, int], dict[int, int]]:
+    """(start, end) of a batch read for `options.group`: its committed offsets to the latest."""
+    start, end, _cluster = plan_group_range(options)
+    return start, end

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from rebalancer._secrets import masked_url
+from rebalancer.pipeline._output_manifest import GROUP_LOCK as LOCK_NAME
 from rebalancer.pipeline.kafka.telemetry import group_source
-from rebalancer.pipeline.output_mode import GROUP_LOCK as LOCK_NAME
 from rebalancer.pipeline.paths import local_path
 
 __all__ = [
-    "LOCK_NAME", "GroupBusyError", "claim_output", "group_claim", "group_source", "lock_path", "one_group_run_per_output"
+    "LOCK_NAME", "GroupBusyError", "claim_output", "group_claim", "lock_path", "one_group_run_per_output"
 ]
 
 P = ParamSpec("P")

@@ -49,6 +49,7 @@ from rebalancer.pipeline.kafka._topic import (
     _retrying,
     commit_group_offsets,
     group_offsets,
+    plan_group_range,
     plan_group_read,
 )
 
@@ -80,6 +81,7 @@ __all__ = [
     "commit_group_offsets",
     "group_offsets",
     "parse_options",
+    "plan_group_range",
     "plan_group_read",
     "plan_input_tasks",
     "read_task",

@@ -176,6 +176,7 @@ class GroupRead:
     group: str
     start: Mapping[int, int]
     end: Mapping[int, int]
+    cluster: str | None = None  # the id of the Kafka cluster read (None if its brokers give none)
 
     @property
     def batch_id(self) -> int:
@@ -200,17 +201,17 @@ def plan_group_run(spec: KafkaInput) -> GroupRead | None:
     (so the read is exactly the range the run commits afterwards); None without `group`."""
     import json
 
-    from rebalancer.pipeline.kafka.source import plan_group_read
+    from rebalancer.pipeline.kafka.source import plan_group_range
 
     options = parse_options(spec.reader_options(streaming=False), streaming=False)
     if options.group is None:
         return None
-    start, end = plan_group_read(options)
+    start, end, cluster = plan_group_range(options)
     explicit = {k: v for k, v in spec.options.items() if k.lower() != "group"}
     explicit["startingOffsets"] = json.dumps({spec.topic: {str(p): o for p, o in sorted(start.items())}})
     explicit["endingOffsets"] = json.dumps({spec.topic: {str(p): o for p, o in sorted(end.items())}})
     log.info("group %r: reading topic %r from %s to %s", options.group, spec.topic, start, end)
-    return GroupRead(replace(spec, options=explicit), options.group, start, end)
+    return GroupRead(replace(spec, options=explicit), options.group, start, end, cluster)
 
 
 def check_kafka_input(spec: KafkaInput, streaming: bool) -> None:
