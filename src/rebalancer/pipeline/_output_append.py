@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebalancer.pipeline._output_fs import RunFS, at, location_key
-from rebalancer.pipeline._output_manifest import GroupRange
+from rebalancer.pipeline._output_manifest import CHECKPOINT, GroupRange, holds_checkpoint
 from rebalancer.pipeline.kafka.telemetry import group_source
 from rebalancer.pipeline.paths import join
 
@@ -49,14 +49,47 @@ def _numbering(summary: object) -> str | None:
     if isinstance(group, dict):
         topic = group.get("topic")
         return f"group {group.get('group')!r}" + (f" on topic {topic!r}" if isinstance(topic, str) else "")
-    return "a stream" if "batches" in summary else None
+    return ANY_STREAM if "batches" in summary else None
+
+
+# What older manifests and summaries name a stream's batches by: any stream's, of any checkpoint.
+ANY_STREAM = "a stream"
+OWN_CHECKPOINT = "the stream checkpointed in OUTPUT/_checkpoint"
 
 
 def batch_source(request: RunRequest) -> str:
-    """Who numbers the batch_id=N/ of a run keyed by batch: its group on its topic, or its stream.
-    The output's manifest records it, so the next append knows whose batches are there."""
+    """Who numbers the batch_id=N/ of a run keyed by batch: its group on its topic, or its stream,
+    by its checkpoint (a stream with another checkpoint numbers its batches from 0 again). The
+    output's manifest records it, so the next append knows whose batches are there."""
     read = group_source(request.input)
-    return f"group {read[0]!r} on topic {read[1]!r}" if read is not None else "a stream"
+    if read is not None:
+        return f"group {read[0]!r} on topic {read[1]!r}"
+    checkpoint = request.checkpoint
+    if checkpoint is None or location_key(checkpoint) == location_key(join(request.output, CHECKPOINT)):
+        return OWN_CHECKPOINT  # named relative to the output: an output moved with it keeps it
+    return f"the stream checkpointed in {location_key(checkpoint)}"
+
+
+def _same_source(theirs: str, ours: str) -> bool:
+    """An older record names less (a group without its topic, a stream without its checkpoint)."""
+    return theirs == ours or ours.startswith(f"{theirs} on topic ") or (theirs == ANY_STREAM and ours.startswith("the stream "))
+
+
+def refuse_fresh_checkpoint(request: RunRequest, spark: SparkSession | None) -> None:
+    """A stream appending to an output that holds a stream's batches resumes from its checkpoint; one
+    whose checkpoint holds no state (new, or removed) starts again at batch_id=0 and would replace
+    the batches there. A remote checkpoint is looked at once `spark` can reach it."""
+    checkpoint = request.checkpoint_location
+    assert checkpoint is not None  # a stream's
+    fs = RunFS.reach(checkpoint, spark)
+    if fs is None or holds_checkpoint(fs, [checkpoint]):
+        return
+    raise ValueError(
+        f"output {request.output} holds a stream's batches, and checkpoint {checkpoint} holds no stream's "
+        "state (no query/metadata, no rebalancer/state.json): this stream would start again at batch_id=0 "
+        "and --mode append would write over them: give the checkpoint the stream wrote, another --output, "
+        "or --mode overwrite"
+    )
 
 
 def _previous_summary(states: list[DirState], spark: SparkSession | None) -> object:
@@ -127,8 +160,8 @@ def refuse_other_batches(request: RunRequest, states: list[DirState | None], spa
     recorded = output.manifest.batches if output is not None and output.manifest is not None else None
     theirs = recorded if recorded is not None else _summary_source(request, states, spark)
     ours = batch_source(request)
-    if theirs is None or theirs == ours or ours.startswith(f"{theirs} on topic "):
-        return  # nothing recorded, the same source, or an older summary naming the group only
+    if theirs is None or _same_source(theirs, ours):
+        return  # nothing recorded, or the same source
     raise ValueError(
         f"output {request.output} holds the batches of {theirs}; --mode append would number this run's "
         f"({ours}) over them: give another --output, or --mode overwrite"
@@ -150,3 +183,5 @@ def refuse_mixed_append(request: RunRequest, states: list[DirState | None], spar
             f"output {request.output} holds {theirs}; --mode append would mix in {ours}: give another "
             "--output or --mode overwrite"
         )
+    if theirs == BY_BATCH and request.stream:
+        refuse_fresh_checkpoint(request, spark)

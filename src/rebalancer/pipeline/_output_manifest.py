@@ -39,6 +39,12 @@ KNOWN = {
 }
 
 
+def holds_checkpoint(fs: RunFS, bases: list[str | Path]) -> bool:
+    """Spark's checkpoint (query/metadata) or the rebalancer's state (rebalancer/state.json) in a base."""
+    marks = (("query", "metadata"), ("rebalancer", "state.json"))
+    return any(fs.exists(at(base, *mark)) for base in bases for mark in marks)
+
+
 def _offsets(data: object) -> dict[int, int] | None:
     """{partition: offset} from JSON's {"0": 12, …}; None if it is not that."""
     if not isinstance(data, dict):

@@ -51,6 +51,7 @@ from rebalancer.pipeline._output_manifest import (
     SPARK_LOG,
     GroupRange,
     Manifest,
+    holds_checkpoint,
     read_manifest,
 )
 from rebalancer.pipeline._output_places import refuse_inside_a_run, refuse_nesting
@@ -271,10 +272,10 @@ def _legacy_owned(fs: RunFS, run_dir: RunDir, names: set[str]) -> set[str]:
     names, if a run from before manifests is there (its summary.json, or a stream's checkpoint);
     else nothing: a user's own quarantine/ or report.html is no run's, never cleared."""
     location = run_dir.location
-    if "summary.json" not in names and not _is_checkpoint(fs, [location, at(location, CHECKPOINT)]):
+    if "summary.json" not in names and not holds_checkpoint(fs, [location, at(location, CHECKPOINT)]):
         return set()
     owned = names & run_dir.known
-    if CHECKPOINT in owned and not _is_checkpoint(fs, [at(run_dir.location, CHECKPOINT)]):
+    if CHECKPOINT in owned and not holds_checkpoint(fs, [at(run_dir.location, CHECKPOINT)]):
         owned.discard(CHECKPOINT)
     if "output" in run_dir.roles and "summary.json" in names:
         try:
@@ -285,12 +286,6 @@ def _legacy_owned(fs: RunFS, run_dir: RunDir, names: set[str]) -> set[str]:
         if isinstance(handlers, dict):
             owned |= {name for name in handlers if isinstance(name, str)} & names
     return owned
-
-
-def _is_checkpoint(fs: RunFS, bases: list[str | Path]) -> bool:
-    """Spark's checkpoint (query/metadata) or the rebalancer's state (rebalancer/state.json) in a base."""
-    marks = (("query", "metadata"), ("rebalancer", "state.json"))
-    return any(fs.exists(at(base, *mark)) for base in bases for mark in marks)
 
 
 def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
@@ -309,7 +304,7 @@ def inspect_dir(run_dir: RunDir, spark: SparkSession | None) -> DirState | None:
             manifest = leftover.record  # its swap's last step
     owned = names & manifest.entries if manifest is not None else _legacy_owned(fs, run_dir, names)
     asides = [lo.aside for lo in leftovers if lo.committed is False and lo.has_aside]
-    holds = manifest is not None or _is_checkpoint(fs, [run_dir.location, *asides])
+    holds = manifest is not None or holds_checkpoint(fs, [run_dir.location, *asides])
     previous = _previous_role(manifest, names, holds and manifest is None)
     return DirState(run_dir, frozenset(names), manifest, frozenset(owned), tuple(leftovers), holds, previous)
 
