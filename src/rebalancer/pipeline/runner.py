@@ -169,7 +169,8 @@ class RunRequest:
     def check_output(self, spark: SparkSession | None = None) -> None:
         """The output mode's refusals, before any work, for every directory the run writes in (the
         output, report_dir, a stream's checkpoint): a local one's before Spark starts, a remote one's
-        (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem. Nothing is changed."""
+        (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem. Nothing is changed,
+        except that what a killed run left there is put right first (`check_run_outputs`)."""
         check_run_outputs(self, spark)
 
 
