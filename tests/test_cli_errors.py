@@ -356,3 +356,31 @@ def test_produce_whose_deliveries_fail_names_the_servers_the_topic_and_the_count
     assert line.startswith(
         f"rebalancer: error: Kafka at {cluster.bootstrap_servers}, topic 'refused': 10 of 10 message(s) failed: "
     ), line
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "wanted", "value"),
+    [
+        (["pipeline", "produce", *REQUIRED[("pipeline", "produce")]], "--kafka-timeout", "> 0 and <= 900", "1e12"),
+        (["pipeline", "produce", *REQUIRED[("pipeline", "produce")]], "--linger-ms", ">= 0 and <= 900000", "1e12"),
+        (["pipeline", "produce", *REQUIRED[("pipeline", "produce")]], "--linger-ms", ">= 0 and <= 900000", "-1"),
+        (["produce", "demo"], "--linger-ms", ">= 0 and <= 900000", "1e7"),
+    ],
+)
+def test_a_flag_out_of_the_producers_range_is_refused_by_the_flags_name(argv, flag, wanted, value):
+    """Finding: `--kafka-timeout 1e12` was refused by librdkafka's key and its unit (`request.timeout.ms
+    ... 1..900000`), `--linger-ms` by `broker.linger.ms`, after the events were made."""
+    pytest.importorskip("aiokafka")
+    line = _one_line(_rebalancer(*argv, flag, value))
+    prog = f"rebalancer {argv[0]} {argv[1]}"
+    assert line == f"{prog}: error: argument {flag}: must be a finite number {wanted}, got {value!r}"
+
+
+def test_the_produce_flags_bounds_are_the_producers_ranges():
+    pytest.importorskip("aiokafka")
+    from rebalancer.pipeline.kafka.commands import LINGER_MAX_MS, REQUEST_TIMEOUT_MAX_S
+    from rebalancer.produce.config import NUMBER_RANGES
+
+    assert REQUEST_TIMEOUT_MAX_S * 1000 == NUMBER_RANGES["request.timeout.ms"].high
+    assert NUMBER_RANGES["request.timeout.ms"].low == 1  # the flag's smallest value is sent as 1 ms
+    assert LINGER_MAX_MS == NUMBER_RANGES["broker.linger.ms"].high and NUMBER_RANGES["broker.linger.ms"].low == 0

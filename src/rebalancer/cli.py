@@ -224,23 +224,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rebalancer: interrupted{_spark_log_note()}", file=sys.stderr)
         return 130
     except Exception as exc:
-        if isinstance(exc, _spark_errors()) and not args.verbose:
+        if isinstance(exc, _spark_errors()):
             # A Spark failure no command turned into its own words: the cause in one line, and the
-            # traceback in Spark's log when there is one (-v shows it here instead).
+            # traceback in Spark's log when there is one, or above that line at -v. -v adds the
+            # traceback and changes nothing else: the same last line, the same exit code.
             from rebalancer.pipeline.session import spark_error_reason
 
-            note = _spark_log_note(exc)
-            print(f"rebalancer: error: Spark: {spark_error_reason(exc)}{note or ' (-v shows the traceback)'}",
-                  file=sys.stderr)
+            if args.verbose:
+                _print_traceback(exc)
+                note = ""
+            else:
+                note = _spark_log_note(exc) or " (-v shows the traceback)"
+            print(f"rebalancer: error: Spark: {spark_error_reason(exc)}{note}", file=sys.stderr)
             return EXIT_USAGE
         if isinstance(exc, _client_errors()):
             # A command that knows its servers names them itself (a ValueError); this is the safety net.
             print(f"rebalancer: error: Kafka: {type(exc).__name__}: {masked_text(_kafka_text(exc))}", file=sys.stderr)
             return EXIT_USAGE
-        # A Spark error at -v, or a failure no command foresaw: the traceback Python would print, each
-        # URL in it masked (a Java error quotes the input's URI whole): nothing printed is unmasked.
-        print(masked_text("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+        _print_traceback(exc)  # a failure no command foresaw, verbose or not
         return EXIT_FAILURE
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback Python would print, each URL in it masked (a Java error quotes the input's URI
+    whole): nothing printed is unmasked, verbose or not."""
+    print(masked_text("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
 
 
 def _spark_log_note(exc: BaseException | None = None) -> str:

@@ -377,3 +377,44 @@ def test_a_run_never_writes_inside_another_runs_directory(tmp_path: Path, field:
         f"never writes in another run's directory: give another --{flag}"
     )
     assert tree(old) == before
+
+
+UNWRITABLE = Path("/proc/self")  # a directory nobody may create entries in, root included
+
+
+@pytest.mark.skipif(not UNWRITABLE.is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--report-dir", "/proc/self"], "report-dir /proc/self is not writable"),
+        (["--report-dir", "/proc/self/reports"], "report-dir: cannot create /proc/self/reports: /proc/self is not writable"),
+        (["--output", "/proc/self"], "output /proc/self is not writable"),
+        (["--output", "/proc/self/out"], "output: cannot create /proc/self/out: /proc/self is not writable"),
+        (["--stream", "--checkpoint", "/proc/self/cp"], "checkpoint: cannot create /proc/self/cp: /proc/self is not writable"),
+    ],
+)
+def test_an_unwritable_location_is_refused_before_spark_starts(tmp_path: Path, flags: list[str], message: str) -> None:
+    """Finding: `--report-dir /proc/self` failed only after Spark had started (and the run was done).
+    Each local location a run writes is checked first, naming the flag and the value; nothing is
+    created to check it, so a refused run leaves nothing (no output, no spark.log)."""
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    args = ["--output", "out", *flags] if flags[0] != "--output" else flags
+    _cli_refused(tmp_path, ["--input", "data", "--partitions", "2", *args], message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+@pytest.mark.skipif(not UNWRITABLE.is_dir(), reason="needs Linux's /proc")
+def test_the_library_refuses_an_unwritable_location_before_the_run(tmp_path: Path) -> None:
+    """`run()` checks through `check_output`, the CLI's check: the same words, before any work."""
+    from rebalancer.pipeline.ingest import check_output, inspect_input
+
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    spec = inspect_input(tmp_path / "data")
+    with pytest.raises(ValueError) as refused:
+        check_output(tmp_path / "out", spec, report_dir=UNWRITABLE / "r")
+    assert str(refused.value) == "report-dir: cannot create /proc/self/r: /proc/self is not writable"
+    with pytest.raises(ValueError) as refused:
+        check_output(tmp_path / "out", spec, tmp_path / "cp", report_dir=None)
+        check_output(UNWRITABLE, spec)
+    assert str(refused.value) == "output /proc/self is not writable"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

@@ -238,7 +238,8 @@ def test_an_overwrite_stopped_by_a_signal_leaves_one_whole_run(
     tmp_path: Path, point: str, holds: str, signum: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Stopped anywhere: before the commit point the previous run stays (put back by the next run
-    after a SIGKILL mid-swap), after it the new one is in place; never a mix, never a refusal."""
+    after a SIGKILL mid-swap), after it the new one is in place; never a mix. The next run puts the
+    stopped one right before any check, so an error-mode run that refuses leaves nothing behind."""
     out = _with_shedding(tmp_path / "out")
     fake_run(_request(out), "old")
     old, shedding = tree(out), tree(out / "shedding")
@@ -247,22 +248,20 @@ def test_an_overwrite_stopped_by_a_signal_leaves_one_whole_run(
         child.send_signal(signum)
         child.wait()
         assert child.returncode == -signum
-    # The checks see the output as it is once the stopped run is put right: the previous run, whole.
+    # The error-mode checks refuse for the previous run, having put the stopped one right first.
     with pytest.raises(ValueError, match=r"already holds a run's outputs \(metrics, plan.json, quarantine, …\)"):
         _request(out).check_output()
-    states = [s for s in check_run_outputs(_request(out, mode="overwrite")) if s is not None]
-    leftovers = _output_swap.recover(states, None)
-    after = {k: v for k, v in tree(out).items()}
+    assert not [name for name in os.listdir(out) if name.startswith(".rebalancer")]
     if holds == "old":
-        assert after == old
+        assert tree(out) == old
     else:
         assert set(_texts(out).values()) == {"new"} and json.loads((out / "_manifest.json").read_text())[
             "entries"
         ] == BATCH_ENTRIES
-        assert not [name for name in os.listdir(out) if name.startswith(".rebalancer")]
     assert tree(out / "shedding") == shedding
+    states = [s for s in check_run_outputs(_request(out, mode="overwrite")) if s is not None]
+    assert _output_swap.recover(states, None) == 0  # nothing left to put right
     stopped_in_place = signum == signal.SIGINT and holds == "old"  # Ctrl-C undoes it at once
-    assert leftovers == (0 if stopped_in_place else 1)
     messages = [r.getMessage() for r in caplog.records if r.name == "rebalancer.pipeline._output_swap"]
     if not stopped_in_place:
         expected = {
@@ -274,6 +273,37 @@ def test_an_overwrite_stopped_by_a_signal_leaves_one_whole_run(
         assert len(messages) == 1 and re.search(f"^{re.escape(str(out))}: {expected}", messages[0]), messages
     fake_run(_request(out, mode="overwrite"), "next")
     assert set(_texts(out).values()) == {"next"} and tree(out / "shedding") == shedding
+
+
+def test_a_cli_run_refused_after_a_killed_run_removes_that_runs_staging(tmp_path: Path) -> None:
+    """Finding: after a SIGKILL while staged, `--mode error` refused without removing the killed run's
+    staging (only an overwrite put it right). It is this pipeline's own writing: any mode removes it
+    before refusing, and says so."""
+    out = tmp_path / "out"
+    fake_run(_request(out), "old")
+    old = tree(out)
+    with held_child(tmp_path, "staged", "fake", str(out), "new", "overwrite") as (child, ready, _go):
+        assert wait_ready(ready, WAIT_S) == "staged\n"
+        (stage,) = [name for name in os.listdir(out) if name.startswith(".rebalancer-staging-")]
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    token = stage.removeprefix(".rebalancer-staging-")
+    generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
+    done = subprocess.run(
+        [EXE, "pipeline", "run", "--input", "data", "--out", "out", "--mode", "error"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=WAIT_S,
+    )  # fmt: skip
+    refusal = (
+        "output out already holds a run's outputs (metrics, plan.json, quarantine, …): --mode overwrite "
+        "replaces them, --mode append adds this run to them"
+    )
+    warning, error = done.stderr.splitlines()
+    assert done.returncode == 2 and error == f"rebalancer: error: {refusal}", done.stderr
+    assert re.fullmatch(  # the log line's time first
+        r"\S+ \S+ WARNING rebalancer\.pipeline\._output_swap: out: removed the staging directory of a run that "
+        rf"was stopped \({re.escape(token)}\)", warning
+    ), done.stderr
+    assert sorted(os.listdir(out)) == ["_manifest.json", *BATCH_ENTRIES] and tree(out) == old
 
 
 def test_a_staging_directory_a_live_run_is_writing_is_never_touched(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ GUARD_S = 560  # a subprocess's guard, not a timed assertion (a JVM's start on a
 SECRET = "Zq21Leak"
 URI = f"file://u:{SECRET}@/nonexistent/in"
 SHOWN = "file://***@/nonexistent/in"
+LAST_LINE = f"rebalancer: error: Spark: Wrong FS: {SHOWN}, expected: file:///"
 DRIVER = """\
 import logging
 import sys
@@ -54,7 +55,9 @@ def test_a_spark_error_at_v_prints_its_traceback_masked(tmp_path: Path, verbose:
         capture_output=True, text=True, timeout=GUARD_S, cwd=tmp_path,
     )  # fmt: skip
     printed = done.stdout + done.stderr
-    assert done.returncode == 1, done.stderr[-3000:]
+    # -v adds the traceback and changes nothing else: the line and exit code of a run without -v.
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1] == LAST_LINE, done.stderr[-3000:]
     assert SECRET not in printed, printed[-5000:]
     # Not vacuous: the traceback and the record are there, with the URI masked where it was quoted.
     assert "Traceback (most recent call last):" in done.stderr, done.stderr[-3000:]

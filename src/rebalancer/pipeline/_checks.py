@@ -1,4 +1,4 @@
-"""Argument checks shared by the pipeline's entry points (imports nothing else of ours).
+"""Argument checks shared by the pipeline's entry points (imports nothing else of ours but `_numbers`).
 
 Every count has an upper bound as well as a lower one, checked before Spark starts: without one,
 `partitions=10**30` reached the JVM as a Py4J error, `partitions=10**6` over 200 rows scheduled a
@@ -8,6 +8,8 @@ million empty tasks (9 minutes), and a `group_cost` of 1e47 failed only in the p
 from __future__ import annotations
 
 import math
+
+from rebalancer._numbers import is_int, is_number
 
 __all__ = [
     "COUNT_MAX",
@@ -31,11 +33,11 @@ SECONDS_MAX = 86_400
 
 
 def check_int(value: object, field: str, minimum: int, maximum: int) -> int:
-    """`value` as an int in minimum..maximum (not a bool, not a float however round); ValueError
-    naming `field` and the value."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+    """`value` as a plain int in minimum..maximum (numpy's ints too; not a bool, not a float however
+    round); ValueError naming `field` and the value."""
+    if not is_int(value) or not minimum <= value <= maximum:
         raise ValueError(f"{field} must be an int in {minimum}..{maximum}, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_partitions(value: object, field: str = "partitions") -> int:
@@ -50,11 +52,6 @@ def check_seconds(value: object, field: str) -> float:
     """`value` as a wait in seconds, above 0 and at most SECONDS_MAX (a finite int or float, not a
     bool); ValueError naming `field` and the value. Unbounded, 1e12 s reached `socket.settimeout`
     as an OverflowError."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 < value <= SECONDS_MAX
-    ):
+    if not is_number(value) or not math.isfinite(value) or not 0 < value <= SECONDS_MAX:
         raise ValueError(f"{field} must be a number of seconds > 0 and at most {SECONDS_MAX}, got {value!r}")
     return float(value)

@@ -1,4 +1,5 @@
-"""Checking where a run writes: never into its input, its checkpoint, or each other."""
+"""Checking where a run writes: never into its input, its checkpoint, or each other, and only where
+it can write."""
 
 from __future__ import annotations
 
@@ -45,6 +46,29 @@ def check_output(
         _check_remote_output(out_text, spec, [(label, where) for label, where in others], spark)
     if local_out is not None:
         _check_local_output(local_out, spec, [(label, local) for label, local in local_others if local is not None])
+    for label, local in local_others:
+        if local is not None:
+            check_writable(label, local)
+
+
+def check_writable(label: str, location: Path, inner: tuple[str, ...] = ()) -> None:
+    """A local directory a run writes in (and its `inner` subdirectories, where they exist) can be
+    written, or created: else a ValueError naming `label` and the location, before Spark starts
+    (`--report-dir /proc/self` failed only once the run was done). Nothing is created to find out.
+    A URI is not checked here: only its filesystem, through Spark, can say."""
+    if location.exists() and not location.is_dir():
+        raise ValueError(f"{label} must be a directory, got a file: {location}")
+    existing = location
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{label}: cannot create {location}: {existing} is not a directory")
+    if existing != location and not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{label}: cannot create {location}: {existing} is not writable")
+    for directory in (location, *(location / name for name in inner)):
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            where = "" if directory == location else f": {directory} is not"
+            raise ValueError(f"{label} {location} is not writable{where}")
 
 
 def _local_source(spec: Any) -> Path | None:  # an InputSpec, or a topic (no files)
@@ -74,14 +98,7 @@ def _check_local_output(out: Path, spec: Any, others: list[tuple[str, Path]]) ->
         where = location.resolve()
         if source is not None and (where == source or source in where.parents or where in source.parents):
             raise ValueError(f"{label} {location} overlaps the input {spec.path}")
-    existing = target
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"cannot create output {out}: {existing} is not a directory")
-    for directory in (existing, target / "metrics", target / "quarantine"):
-        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
-            raise ValueError(f"output directory is not writable: {directory}")
+    check_writable("output", out, ("metrics", "quarantine"))  # written in place by an append
 
 
 def _under(inner: str, outer: str) -> bool:

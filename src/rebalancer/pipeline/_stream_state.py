@@ -39,19 +39,22 @@ class StreamConfig:
     crash_after_batch: int | None = None
 
     def validate(self) -> None:
-        """Counts are ints: a rebalance_every of nan or 1.5 was taken, and never re-planned."""
-        check_partitions(self.partitions)
+        """Counts are ints: a rebalance_every of nan or 1.5 was taken, and never re-planned. numpy's
+        ints are ints too, kept as plain ints (each is checked to a plain int and stored so)."""
+        counts: dict[str, object] = {"partitions": check_partitions(self.partitions)}
         if self.partitioning not in PARTITIONINGS:
             raise ValueError(
                 f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {self.partitioning!r}"
             )
-        check_int(self.rebalance_every, "rebalance_every", 1, COUNT_MAX)
+        counts["rebalance_every"] = check_int(self.rebalance_every, "rebalance_every", 1, COUNT_MAX)
         if self.max_batches is not None:
-            check_int(self.max_batches, "max_batches", 1, COUNT_MAX)
-        check_int(self.files_per_batch, "files_per_batch", 1, COUNT_MAX)
+            counts["max_batches"] = check_int(self.max_batches, "max_batches", 1, COUNT_MAX)
+        counts["files_per_batch"] = check_int(self.files_per_batch, "files_per_batch", 1, COUNT_MAX)
         if self.max_moves is not None:
-            check_int(self.max_moves, "max_moves", 0, COUNT_MAX)
+            counts["max_moves"] = check_int(self.max_moves, "max_moves", 0, COUNT_MAX)
         check_seconds(self.trigger_seconds, "trigger_seconds")
+        for name, value in counts.items():
+            object.__setattr__(self, name, value)  # equal to what was there: a plain int
 
 
 @dataclass(frozen=True)

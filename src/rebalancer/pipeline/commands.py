@@ -253,17 +253,6 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
     return "local[*]"
 
 
-def _check_report_dir(report_dir: Path) -> None:
-    """--report-dir is written at the run's very end: a file in its way is refused before any work."""
-    if report_dir.exists() and not report_dir.is_dir():
-        raise ValueError(f"report-dir must be a directory, got a file: {report_dir}")
-    existing = report_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        raise ValueError(f"report-dir: cannot create {report_dir}: {existing} is not a directory")
-
-
 def _require_extras(master: str | None, sink: str | None) -> None:
     """The extras a run needs besides its input's (RunRequest checks those): one line naming the
     extra before any work, not a traceback, or a failure once Spark has started."""
@@ -282,6 +271,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""
     from rich.console import Console
 
+    from rebalancer.pipeline._ingest_output import check_writable
     from rebalancer.pipeline.ingest import check_output, parse_columns
     from rebalancer.pipeline.runner import RunRequest, resolve_input
 
@@ -301,9 +291,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             "columns": parse_columns(args.columns) if args.columns else None,
         }
     )
-    report_dir = local_path(request.report_dir) if request.report_dir is not None else None
-    if report_dir is not None:  # a remote one is the run's to check, through Spark
-        _check_report_dir(report_dir)
+    for label, location in (("output", request.output), ("report-dir", request.report_dir),
+                            ("checkpoint", request.checkpoint_location)):
+        local = local_path(location) if location is not None else None
+        if local is not None:  # a remote one is the run's to check, through Spark
+            check_writable(label, local)  # before any work: a sample generated, Spark started
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     quiet = getattr(args, "quiet", False)
     if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):

@@ -59,9 +59,10 @@ class GenerateConfig:
 
     def validate(self) -> None:
         """Counts are ints (a float or a bool failed later, inside numpy, naming no field), each
-        bounded: the events are made in memory, one array of each, before a file is written."""
+        bounded: the events are made in memory, one array of each, before a file is written. numpy's
+        ints are ints too, stored as plain ints."""
         for name, minimum, maximum in GENERATE_BOUNDS:
-            check_int(getattr(self, name), name, minimum, maximum)
+            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum, maximum))
         if not math.isfinite(self.skew) or self.skew < 0:  # NaN passes `skew < 0`
             raise ValueError(f"skew must be a finite number >= 0, got {self.skew}")
         if not 0 <= self.bad_rate <= 1:

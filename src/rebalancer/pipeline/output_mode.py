@@ -394,12 +394,19 @@ def _refuse_dir(state: DirState, mode: str) -> None:
 
 @masks_errors  # its messages name the directories: a URI's password shows as ***
 def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
-    """The output mode's refusals for every directory `request` writes in, before anything is written
-    there or replaced; returns what was found (None for a remote directory without `spark`)."""
+    """The output mode's refusals for every directory `request` writes in, before anything of this run
+    is written there or replaced; returns what was found (None for a remote directory without `spark`).
+
+    What a killed run left (its staging, a half swap; its pid dead on this host) is this pipeline's
+    own writing, and is put right first, in every mode: an error-mode run that refuses left it behind."""
     dirs = run_dirs(request)
     refuse_nesting(dirs)
     refuse_inside_a_run(dirs)
     states = [inspect_dir(run_dir, spark) for run_dir in dirs]
+    from rebalancer.pipeline._output_swap import recover  # it builds on this module
+
+    if recover([state for state in states if state is not None], spark):
+        states = [inspect_dir(run_dir, spark) for run_dir in dirs]
     for state in states:
         if state is not None:
             _refuse_dir(state, request.mode)

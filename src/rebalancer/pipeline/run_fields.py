@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rebalancer._numbers import parse_float, parse_int, shown
+from rebalancer._numbers import is_int, is_number, parse_float, parse_int, shown
 from rebalancer._secrets import shown_location
 from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX, check_int
 from rebalancer.pipeline.apply._items import COSTS
@@ -34,7 +34,7 @@ from rebalancer.pipeline.paths import check_location, location_argument
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["SETTINGS", "USES", "Setting", "check_settings", "flag_text"]
+__all__ = ["SETTINGS", "USES", "Setting", "check_settings", "flag_text", "numeric_fields", "plain_number"]
 
 
 class Request(Protocol):
@@ -96,7 +96,7 @@ class Rule(Protocol):
 
 @dataclass(frozen=True)
 class Integer:
-    """An int (a bool or a round float is no count) in minimum..maximum; None if `optional`."""
+    """An int (numpy's too; a bool or a round float is no count) in minimum..maximum; None if `optional`."""
 
     minimum: int
     maximum: int = COUNT_MAX
@@ -109,8 +109,8 @@ class Integer:
 
 @dataclass(frozen=True)
 class Number:
-    """A finite int or float (nan passes every `<` check, so it is refused by name) above `minimum`,
-    at most `maximum`."""
+    """A finite int or float (numpy's too; nan passes every `<` check, so it is refused by name) above
+    `minimum`, at most `maximum`."""
 
     minimum: float
     maximum: float
@@ -121,8 +121,7 @@ class Number:
         if self.optional and value is None:
             return
         if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
+            not is_number(value)
             or not math.isfinite(value)
             or (value <= self.minimum if self.exclusive else value < self.minimum)
             or value > self.maximum
@@ -285,9 +284,25 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
+def plain_number(value: object) -> object:
+    """A number of numpy's as Python's own (np.int64(5) -> 5, np.float32(0.5) -> 0.5), so that a
+    request holds, shows and passes on plain values; anything else as it is."""
+    if is_int(value):
+        return int(value)
+    if is_number(value) and not isinstance(value, int | float):
+        return float(value)
+    return value
+
+
+def numeric_fields() -> tuple[str, ...]:
+    """The fields holding a number (their rule is Integer or Number)."""
+    return tuple(name for name, s in SETTINGS.items() if isinstance(s.rule, Integer | Number))
+
+
 def check_settings(request: Request, defaults: Mapping[str, object]) -> None:
     """Every field's value by its rule, then every setting this run would ignore (one differing from
-    its entry in `defaults`); the first refusal is a ValueError naming the setting's flag."""
+    its entry in `defaults`); the first refusal is a ValueError naming the setting's flag. Numeric
+    fields are checked as the plain numbers `RunRequest` stores (`plain_number`)."""
     for setting in SETTINGS.values():
         setting.rule.check(setting.label, getattr(request, setting.name))
     for setting in SETTINGS.values():

@@ -20,7 +20,7 @@ from rebalancer._secrets import masked_repr
 from rebalancer.pipeline.kafka.claim import one_group_run_per_output
 from rebalancer.pipeline.output_mode import check_run_outputs, external_checkpoint
 from rebalancer.pipeline.paths import is_remote, join
-from rebalancer.pipeline.run_fields import check_settings
+from rebalancer.pipeline.run_fields import check_settings, numeric_fields, plain_number
 from rebalancer.pipeline.run_summary import RunSummary  # re-exported: its public home is here
 
 __all__ = ["RunRequest", "RunSummary", "resolve_input", "run"]
@@ -94,6 +94,8 @@ class RunRequest:
     def __post_init__(self) -> None:
         # Every field by the one table the command's flags are made from (run_fields), so a value
         # is refused alike from Python and on the command line; then what this run would ignore.
+        for name in numeric_fields():  # np.int64(5) is 5: held, shown and passed on as a plain int
+            object.__setattr__(self, name, plain_number(getattr(self, name)))
         check_settings(self, field_defaults())
         if self.compare_hash:
             self._check_compare_hash()
@@ -169,7 +171,8 @@ class RunRequest:
     def check_output(self, spark: SparkSession | None = None) -> None:
         """The output mode's refusals, before any work, for every directory the run writes in (the
         output, report_dir, a stream's checkpoint): a local one's before Spark starts, a remote one's
-        (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem. Nothing is changed."""
+        (hdfs://, s3a://, …) once `spark` can look through its Hadoop FileSystem. Nothing is changed,
+        except that what a killed run left there is put right first (`check_run_outputs`)."""
         check_run_outputs(self, spark)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 from rebalancer._args import finite_float, integer
+from rebalancer.produce.config import NUMBER_RANGES
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +30,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     demo.add_argument("--rate", type=finite_float(), default=20_000.0, help="messages per second")
     demo.add_argument(
-        "--linger-ms", type=finite_float(), default=500.0, help="broker.linger.ms: how long a broker's batch waits"
+        "--linger-ms",
+        type=finite_float(minimum=0, maximum=NUMBER_RANGES["broker.linger.ms"].high),
+        default=500.0,
+        help="broker.linger.ms: how long a broker's batch waits",
     )
     demo.add_argument("--value-bytes", type=integer(), default=100, help="bytes per message value")
     demo.set_defaults(func=cmd_demo)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rebalancer._numbers import ASCII_WHITESPACE, parse_float, shown
+from rebalancer._numbers import ASCII_WHITESPACE, is_int, is_number, parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
 from rebalancer._secrets import SECRET_KEY_WORDS, refuse_servers_login
 from rebalancer._secrets import is_secret_key as _is_secret_key
@@ -156,7 +156,7 @@ def parse_ms(key: str, value: object, *, maximum: float = math.inf) -> float:
             number = parse_float(value, field=key, finite=False)
         except ValueError:
             raise ValueError(problem) from None
-    elif isinstance(value, int | float) and not isinstance(value, bool):
+    elif is_number(value):  # numpy's numbers too
         try:
             number = float(value)
         except OverflowError:  # an int beyond float range (10**400) is not a finite number either
@@ -177,8 +177,8 @@ def parse_int(key: str, value: object, *, minimum: int, maximum: int = INT32_MAX
     number: int
     if isinstance(value, bool):
         raise ValueError(problem)
-    if isinstance(value, int):
-        number = value
+    if is_int(value):  # numpy's ints too
+        number = int(value)
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
     elif isinstance(value, str):
@@ -326,6 +326,8 @@ def check_servers(value: object, *, field: str = "bootstrap.servers") -> str:
 
 def _parse_acks(value: object) -> int:
     # bool and float compare equal to 1 and 0; neither is an acks setting.
+    if is_int(value):
+        value = int(value)  # np.int64(1) is acks=1
     if isinstance(value, bool) or not isinstance(value, int | str) or value not in _ACKS:
         raise ValueError(f"acks must be one of all, -1, 1, 0; got {value!r}")
     return _ACKS[value]

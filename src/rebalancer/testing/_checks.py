@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from rebalancer._kafka_names import TOPIC_NAME_MAX, TOPIC_PARTITIONS_MAX, check_topic_name
-from rebalancer._numbers import shown
+from rebalancer._numbers import is_int, is_number, shown
 
 __all__ = [
     "API_KEY_MAX",
@@ -44,19 +44,18 @@ API_KEY_MAX = 2**15 - 1  # the protocol's ApiKey is an int16; ctypes wrapped a l
 
 
 def check_int(field: str, value: object, low: int, high: int | None = None) -> int:
-    """An int (not a bool, not a float, not a str) in low..high (or >= low)."""
+    """A plain int in low..high (or >= low): numpy's ints too, not a bool, a float or a str."""
     wanted = f"an int >= {low}" if high is None else f"an int in {low}..{high}"
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    if not is_int(value) or value < low or (high is not None and value > high):
         raise ValueError(f"{field} must be {wanted}, got {shown(value)}")
-    return value
+    return int(value)
 
 
 def check_seconds(field: str, value: object, *, zero: bool = False) -> float:
     """A number of seconds > 0 (>= 0 with `zero`) and at most SECONDS_MAX: NaN passed every `<= 0`
     check before."""
     if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
+        not is_number(value)
         or not math.isfinite(value)
         or not (0 <= value if zero else 0 < value)
         or value > SECONDS_MAX
@@ -77,16 +76,17 @@ def check_api_key(api_key: object) -> int:
 
 def check_broker_id(broker_id: object, brokers: int, *, allow_all: bool = False) -> int:
     """A broker id of the cluster, 1..brokers; -1 (every broker) where the mock takes it."""
-    if not isinstance(broker_id, bool) and isinstance(broker_id, int):
-        if 1 <= broker_id <= brokers or (allow_all and broker_id == -1):
-            return broker_id
+    if is_int(broker_id) and (1 <= broker_id <= brokers or (allow_all and broker_id == -1)):
+        return int(broker_id)
     every = " (or -1 for all)" if allow_all else ""
     raise ValueError(f"broker_id must be in 1..{brokers}{every}, got {shown(broker_id)}")
 
 
-def check_topic(name: object, partitions: object, replication_factor: object, brokers: int) -> None:
+def check_topic(name: object, partitions: object, replication_factor: object, brokers: int) -> tuple[int, int]:
     """create_topic's arguments, on either cluster: a user topic (not one of Kafka's own), and at
-    most as many partitions as a real controller creates in one request."""
+    most as many partitions as a real controller creates in one request; the counts as plain ints."""
     check_topic_name(name, internal=False)
-    check_int("partitions", partitions, 1, TOPIC_PARTITIONS_MAX)
-    check_int("replication_factor", replication_factor, 1, brokers)
+    return (
+        check_int("partitions", partitions, 1, TOPIC_PARTITIONS_MAX),
+        check_int("replication_factor", replication_factor, 1, brokers),
+    )

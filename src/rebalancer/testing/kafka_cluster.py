@@ -374,7 +374,7 @@ class KafkaCluster:
         lib_dir: str | os.PathLike[str] | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
-        check_brokers(brokers)  # the checks MockKafkaCluster makes too (testing/_checks.py)
+        brokers = check_brokers(brokers)  # the checks MockKafkaCluster makes too (testing/_checks.py)
         check_seconds("start_timeout_s", start_timeout_s)
         if isinstance(jvm_options, str):  # list("-Xss1m") would pass it one character at a time
             raise ValueError(f"jvm_options must be a sequence of options, not one str, got {jvm_options!r}")
@@ -698,7 +698,7 @@ class KafkaCluster:
         from confluent_kafka.admin import NewTopic
 
         self._check_open()
-        check_topic(name, partitions, replication_factor, self.brokers)
+        partitions, replication_factor = check_topic(name, partitions, replication_factor, self.brokers)
         check_seconds("timeout_s", timeout_s)
         deadline = time.monotonic() + timeout_s
         topic = NewTopic(

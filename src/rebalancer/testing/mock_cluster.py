@@ -145,7 +145,7 @@ class MockKafkaCluster:
     """
 
     def __init__(self, brokers: int = 3) -> None:
-        check_brokers(brokers)  # KafkaCluster's own check (testing/_checks.py): True is not a count
+        brokers = check_brokers(brokers)  # KafkaCluster's own check (testing/_checks.py): True is not a count
         _check_files_for(brokers)
         self._lib = _load()
         self.brokers = brokers
@@ -209,7 +209,7 @@ class MockKafkaCluster:
         """Create `name`; leaders are spread over the brokers by the mock. Names and counts follow a
         real broker's rules (KafkaCluster checks the same), which the mock itself does not check:
         nor does it refuse a name that collides with another's ('a.b' and 'a_b': one metric name)."""
-        check_topic(name, partitions, replication_factor, self.brokers)
+        partitions, replication_factor = check_topic(name, partitions, replication_factor, self.brokers)
         with self._lock:
             for other in self._topics:
                 if other != name and other.replace(".", "_") == name.replace(".", "_"):

@@ -193,6 +193,9 @@ def balanced_apply(
     form = func_form(func)
     exact = case_sensitive(spark)
     split_column = _check_arguments(df, exact, partitions, split_by, combine, split_safe, cost, max_moves)
+    # numpy's ints are counts too (checked above): plain ints from here, for Spark and the planner.
+    partitions = None if partitions is None else check_partitions(partitions)
+    max_moves = None if max_moves is None else int(max_moves)
     out_schema = parse_schema(schema)
     keys = resolve_keys(df, key, exact)
     if split_column is not None and split_column in keys.columns:
