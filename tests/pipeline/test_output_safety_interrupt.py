@@ -72,7 +72,7 @@ def test_a_cli_overwrite_stopped_by_a_signal_keeps_the_previous_run_whole(
     )
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == REFUSED, done.stderr
     # That refused run has already put back what a killed run left: nothing is left to put right.
-    from rebalancer.pipeline._output_swap import recover
+    from rebalancer.pipeline._output_recover import recover
     from rebalancer.pipeline.output_mode import check_run_outputs
 
     assert not [name for name in os.listdir(out) if name.startswith(".rebalancer")]

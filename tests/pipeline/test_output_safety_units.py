@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from output_safety_runs import RUN_FILES, fake_run, held_child, tree, wait_ready
 
-from rebalancer.pipeline import _output_swap
+from rebalancer.pipeline import _output_recover, _output_swap
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.output_mode import OUTPUT_MODES, check_run_outputs, claim_spark_log
 from rebalancer.pipeline.runner import RunRequest
@@ -260,7 +260,7 @@ def test_an_overwrite_stopped_by_a_signal_leaves_one_whole_run(
         ] == BATCH_ENTRIES
     assert tree(out / "shedding") == shedding
     states = [s for s in check_run_outputs(_request(out, mode="overwrite")) if s is not None]
-    assert _output_swap.recover(states, None) == 0  # nothing left to put right
+    assert _output_recover.recover(states, None) == 0  # nothing left to put right
     stopped_in_place = signum == signal.SIGINT and holds == "old"  # Ctrl-C undoes it at once
     messages = [r.getMessage() for r in caplog.records if r.name == "rebalancer.pipeline._output_swap"]
     if not stopped_in_place:

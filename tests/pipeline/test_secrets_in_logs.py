@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rebalancer.pipeline import _output_swap
+from rebalancer.pipeline import _output_recover, _output_swap
 
 SECRET = "Zq41Leak"
 LOCATION = f"ftp://u:{SECRET}@h/o"
@@ -33,6 +33,7 @@ class _FS:
 @pytest.fixture
 def warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     monkeypatch.setattr(_output_swap, "RunFS", _FS)
+    monkeypatch.setattr(_output_recover, "RunFS", _FS)
     caplog.set_level(logging.WARNING, logger=_output_swap.__name__)
     return caplog
 
@@ -44,7 +45,7 @@ def _state(leftovers: tuple[object, ...] = ()) -> SimpleNamespace:
 def test_recovering_a_stopped_runs_staging_logs_the_location_masked(warnings):
     leftover = SimpleNamespace(writer=None, committed=False, swapping=False, has_aside=False,
                                stage=f"{LOCATION}/.rebalancer-staging-t1", token="t1")  # fmt: skip
-    assert _output_swap.recover([_state((leftover,))], None) == 1  # type: ignore[list-item]
+    assert _output_recover.recover([_state((leftover,))], None) == 1  # type: ignore[list-item]
     assert warnings.messages == [
         "ftp://***@h/o: removed the staging directory of a run that was stopped (t1)"
     ]

@@ -55,6 +55,7 @@ from rebalancer.pipeline._output_manifest import (
     read_manifest,
 )
 from rebalancer.pipeline._output_places import refuse_inside_a_run, refuse_nesting
+from rebalancer.pipeline._output_recover import recover
 from rebalancer.pipeline.paths import join
 
 if TYPE_CHECKING:
@@ -403,8 +404,6 @@ def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) ->
     refuse_nesting(dirs)
     refuse_inside_a_run(dirs)
     states = [inspect_dir(run_dir, spark) for run_dir in dirs]
-    from rebalancer.pipeline._output_swap import recover  # it builds on this module
-
     if recover([state for state in states if state is not None], spark):
         states = [inspect_dir(run_dir, spark) for run_dir in dirs]
     for state in states:
