@@ -294,8 +294,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     for label, location in (("output", request.output), ("report-dir", request.report_dir),
                             ("checkpoint", request.checkpoint_location)):
         local = local_path(location) if location is not None else None
-        if local is not None:  # a remote one is the run's to check, through Spark
-            check_writable(label, local)  # before any work: a sample generated, Spark started
+        if local is None:  # a remote one is the run's to check, through Spark
+            continue
+        if label == "output" and local.is_file() and args.input is not None:
+            continue  # check_output names it against the given input ("is the input file"), before Spark
+        check_writable(label, local)  # before any work: a sample generated, Spark started
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     quiet = getattr(args, "quiet", False)
     if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):
