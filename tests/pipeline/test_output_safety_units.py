@@ -397,3 +397,27 @@ def test_a_handler_cannot_take_the_name_of_the_runs_manifest_log_or_scratch(name
     with pytest.raises(ValueError) as caught:
         Pipeline().handler("a", schema="n long", name=name)(lambda frame: frame)
     assert str(caught.value) == f"handler name {name!r} is taken by the run's own outputs"
+
+
+def test_a_directory_that_cannot_be_made_is_refused_by_its_flag_and_leaves_no_staging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack's `--checkpoint /sys/kernel/zz` as root: os.access lets it pass, mkdir says EPERM.
+    The run stopped at its staging with an OSError that named no flag, and left the output's and the
+    report-dir's staging (made before the checkpoint's) behind, and the directories it had created."""
+    from rebalancer.pipeline._output_fs import RunFS
+
+    refused = tmp_path / "sys" / "zz"
+    made = RunFS.mkdir
+
+    def mkdir(self: RunFS, where: str | Path) -> None:
+        if str(where).startswith(str(refused)):
+            raise PermissionError(1, "Operation not permitted", str(where))
+        made(self, where)
+
+    monkeypatch.setattr(RunFS, "mkdir", mkdir)
+    request = _request(tmp_path / "out", stream=True, checkpoint=refused, report_dir=tmp_path / "reports")
+    with pytest.raises(ValueError) as caught:
+        fake_run(request, "new")
+    assert str(caught.value) == f"checkpoint {refused}: cannot write there: Operation not permitted"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # out/ and reports/ were this run's: removed

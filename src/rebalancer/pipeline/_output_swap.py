@@ -136,21 +136,32 @@ class Outputs:
         raise ValueError(f"{location} is none of this run's directories")
 
     def open(self) -> None:
+        """Each directory's staging (error, overwrite) or manifest (append), before the run writes.
+        A directory that cannot be made (a checkpoint under /sys) is refused naming its flag."""
         for state in self.states:
-            fs, location = self.fs[state.dir.key], state.dir.location
-            if not fs.exists(location):
-                self.created.append(location)
-            if not self.staged:
-                fs.mkdir(location)
-                self._entries[state.dir.key] = state.owned | state.dir.writes | _kept_log(state, fs)
-                fs.write_json(at(location, MANIFEST), self._manifest(state, self._entries[state.dir.key]))
-                continue
-            stage = at(location, staging_name(self.token))
-            fs.mkdir(stage)
-            # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
-            info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
-                    "host": socket.gethostname(), "role": state.dir.role, "batches": state.dir.batches, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
-            fs.write_json(at(stage, INFO), info)
+            try:
+                self._open(state)
+            except OSError as exc:
+                raise ValueError(
+                    f"{state.dir.field} {shown_location(state.dir.location)}: cannot write there: "
+                    f"{masked_text(exc.strerror or str(exc))}"
+                ) from None
+
+    def _open(self, state: DirState) -> None:
+        fs, location = self.fs[state.dir.key], state.dir.location
+        if not fs.exists(location):
+            self.created.append(location)
+        if not self.staged:
+            fs.mkdir(location)
+            self._entries[state.dir.key] = state.owned | state.dir.writes | _kept_log(state, fs)
+            fs.write_json(at(location, MANIFEST), self._manifest(state, self._entries[state.dir.key]))
+            return
+        stage = at(location, staging_name(self.token))
+        fs.mkdir(stage)
+        # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
+        info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
+                "host": socket.gethostname(), "role": state.dir.role, "batches": state.dir.batches, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        fs.write_json(at(stage, INFO), info)
 
     def take_group(self, ours: GroupRange) -> None:
         """A Kafka `?group=` run's range, once planned (under the output's claim), before it reads:
@@ -251,8 +262,8 @@ def run_outputs(states: list[DirState], mode: str, spark: SparkSession | None) -
     run is swapped in when the block ends (if the block has not published it), or removed if it fails."""
     recover(states, spark)
     outputs = Outputs(states, mode, spark)
-    outputs.open()
     try:
+        outputs.open()  # inside: a directory that cannot be made leaves none of the others' staging
         yield outputs
         outputs.publish()
     except BaseException:
