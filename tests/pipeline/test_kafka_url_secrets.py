@@ -82,6 +82,22 @@ def test_the_cli_error_for_a_bad_kafka_url_hides_the_password(tmp_path):
     ], done.stderr
 
 
+def test_an_option_the_kafka_client_refuses_is_named_not_taken_for_brokers_not_reached(tmp_path):
+    """The third attack: librdkafka's names are case-sensitive, and `kafka.SASL.PASSWORD` was
+    reported as `cannot reach Kafka at … within 2 s`, pointing at the network."""
+    url = f"kafka://127.0.0.1:9/t?kafka.SASL.PASSWORD={SECRET}"
+    done = subprocess.run(
+        [sys.executable, "-m", "rebalancer.cli", "pipeline", "run", "--input", url, "--output", str(tmp_path / "o"),
+         "--kafka-timeout", "2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr.splitlines()) == (2, [
+        "rebalancer: error: cannot read input kafka://127.0.0.1:9/t: a kafka.* option is refused by the Kafka "
+        'client: No such configuration property: "SASL.PASSWORD"'
+    ]), done.stderr  # fmt: skip
+    assert not (tmp_path / "o").exists()
+
+
 class _JavaError:
     """What `HadoopFS.errors` reads of a Py4J error's Java exception."""
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rebalancer._json import DuplicateKeyError, loads_unique
 from rebalancer._kafka_names import check_topic_name
 from rebalancer._numbers import parse_int, shown
-from rebalancer._secrets import masked_pairs, refuse_servers_login
+from rebalancer._secrets import MASK, is_secret_key, masked_pairs, refuse_servers_login
 from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from confluent_kafka import Consumer
 
 librdkafka_log = logging.getLogger("rebalancer.kafka.librdkafka")
 
@@ -97,6 +102,26 @@ class KafkaOptions:
         conf.setdefault("log_level", 3)
         conf["logger"] = LibrdkafkaLog()
         return conf
+
+    def consumer(self, client: str, group: str | None = None, error_cb: Callable[[Any], None] | None = None) -> Consumer:
+        """A consumer of `consumer_conf(client)` (naming `group`, never joining it). A `kafka.*` option
+        librdkafka refuses (an unknown name: they are case-sensitive; a bad value) is a ValueError
+        naming it, with any secret option's value as ***: it was reported as brokers not reached."""
+        from confluent_kafka import Consumer, KafkaException
+
+        conf = self.consumer_conf(client)
+        if group is not None:
+            conf["group.id"] = group
+        if error_cb is not None:
+            conf["error_cb"] = error_cb
+        try:
+            return Consumer(conf)
+        except KafkaException as exc:
+            text = exc.args[0].str() if hasattr(exc.args[0], "str") else str(exc)
+            for key, value in self.consumer_config.items():
+                if value and is_secret_key(key):
+                    text = text.replace(value, MASK)
+            raise ValueError(f"a kafka.* option is refused by the Kafka client: {text}") from None
 
 
 # Each numeric option's upper bound (pipeline/_checks.py's): tasks as a run's partitions, a wait at

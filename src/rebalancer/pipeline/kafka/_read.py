@@ -130,9 +130,9 @@ def _read_round(
     """One consumer, one range per partition. A range ends at the first message at or past its end,
     at a partition EOF at or past it, or when the consumer's position passes it: transaction markers
     and aborted records never arrive, so the last offsets of a range may never be seen."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = Consumer(options.consumer_conf("reader"))
+    consumer = options.consumer("reader")
     timeout_s = options.poll_timeout_ms / 1000
     end = {r.partition: r.end for r in ranges}
     next_offset = {r.partition: r.start for r in ranges}

@@ -56,11 +56,7 @@ class TopicView:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            from confluent_kafka import Consumer
-
-            conf = self.options.consumer_conf("planner")
-            conf["error_cb"] = self._errors.append
-            self._consumer = Consumer(conf)
+            self._consumer = self.options.consumer("planner", error_cb=self._errors.append)
         return self._consumer
 
     @property
@@ -132,12 +128,8 @@ class TopicView:
 # -- a consumer group's offsets (batch runs that resume) -------------------------------------------
 def _group_client(options: KafkaOptions) -> Consumer:
     """A consumer that names the group but never joins it: committed() and commit() need no membership."""
-    from confluent_kafka import Consumer
-
     assert options.group is not None
-    conf = options.consumer_conf("group")
-    conf["group.id"] = options.group
-    return Consumer(conf)
+    return options.consumer("group", options.group)
 
 
 def _retrying(options: KafkaOptions, call: Any) -> Any:
