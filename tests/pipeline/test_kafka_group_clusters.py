@@ -149,11 +149,13 @@ def test_an_append_after_the_groups_offsets_went_back_is_refused(spark, kafka_mo
     consumer.close()
     with pytest.raises(ValueError) as caught:
         run(make(), spark=spark)
+    again = ", ".join(f"partition {p} from 0" for p, o in sorted((int(p), o) for p, o in end.items()) if o > 0)
     shown = "{" + ", ".join(f"{p}: {o}" for p, o in sorted((int(p), o) for p, o in end.items())) + "}"
     assert str(caught.value) == (
         f"output {out} holds the batches of group {group!r} on topic {topic!r} up to offsets {shown}, and the group "
-        "now starts at {0: 0, 1: 0}: its offsets went back (the group was reset, expired or recreated), and "
-        "--mode append would write batch_id=0 over an earlier batch: give another --output, or --mode overwrite"
+        "now starts at {0: 0, 1: 0}: its offsets went back (the group was reset, expired or recreated), so --mode "
+        f"append would count again records the output holds ({again}), and could "
+        "write batch_id=0 over an earlier batch: give another --output, or --mode overwrite"
     )
     assert tree_hashes(out) == before
 
@@ -213,5 +215,6 @@ def test_a_manifests_group_record_round_trips_and_a_bad_one_is_refused(tmp_path)
         with pytest.raises(ValueError) as caught:
             read_manifest(RunFS(tmp_path, None), tmp_path)
         assert str(caught.value) == (
-            f"{tmp_path / '_manifest.json'} is not a run's manifest ({{run, entries}}): restore it, or remove it"
+            f"{tmp_path / '_manifest.json'}: its group record is not a Kafka group run's range ({{cluster, start, "
+            "end}, each offset an int >= 0): restore it, or remove it"
         )

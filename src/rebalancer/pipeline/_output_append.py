@@ -144,10 +144,12 @@ def refuse_group_rewind(states: list[DirState], previous: GroupRange | None, our
     rerun = dict(ours.start) == dict(previous.start)
     behind = {p: o for p, o in sorted(ours.start.items()) if o < previous.end.get(p, 0)}
     if behind and not rerun:
+        again = ", ".join(f"partition {p} from {o}" for p, o in behind.items())
         raise ValueError(
             f"{whose} up to offsets {_offsets(previous.end)}, and the group now starts at "
             f"{_offsets(ours.start)}: its offsets went back (the group was reset, expired or recreated), "
-            f"and --mode append would write batch_id={ours.batch_id} over an earlier batch: {how}"
+            f"so --mode append would count again records the output holds ({again}), and could write "
+            f"batch_id={ours.batch_id} over an earlier batch: {how}"
         )
 
 

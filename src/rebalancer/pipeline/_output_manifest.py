@@ -143,6 +143,12 @@ def read_manifest(fs: RunFS, location: str | Path) -> Manifest | None:
     except FileNotFoundError:
         return None
     manifest = Manifest.from_json(data)
+    if manifest is None and isinstance(data, dict) and "group" in data:
+        if Manifest.from_json({key: value for key, value in data.items() if key != "group"}) is not None:
+            raise ValueError(
+                f"{path}: its group record is not a Kafka group run's range ({{cluster, start, end}}, "
+                "each offset an int >= 0): restore it, or remove it"
+            )
     if manifest is None:
         raise ValueError(f"{path} is not a run's manifest ({{run, entries}}): restore it, or remove it")
     return manifest
