@@ -162,3 +162,20 @@ def test_generate_refuses_a_non_finite_skew_naming_it(skew):
 def test_generate_refuses_a_non_finite_bad_rate_naming_it(bad_rate):
     with pytest.raises(ValueError, match=rf"^bad_rate must be in \[0, 1\], got {bad_rate}$"):
         GenerateConfig(bad_rate=bad_rate).validate()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"events": True}, "events must be an int in 0..100000000, got True"),
+        ({"files": 0}, "files must be an int in 1..10000, got 0"),
+        ({"format": "xml"}, "format must be one of parquet, csv, jsonl, got 'xml'"),
+    ],
+)
+def test_a_generate_config_is_refused_when_made_not_when_used(fields: dict[str, object], message: str) -> None:
+    """The third attack: GenerateConfig(events=True) was accepted, and refused only by generate()."""
+    from rebalancer.pipeline.generate import GenerateConfig
+
+    with pytest.raises(ValueError) as caught:
+        GenerateConfig(**fields)  # type: ignore[arg-type]
+    assert str(caught.value) == message

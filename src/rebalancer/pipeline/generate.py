@@ -57,6 +57,9 @@ class GenerateConfig:
     minutes: int = 60
     files: int = 4
 
+    def __post_init__(self) -> None:
+        self.validate()  # at construction, as RunRequest's: a bad value never waits for generate()
+
     def validate(self) -> None:
         """Counts are ints (a float or a bool failed later, inside numpy, naming no field), each
         bounded: the events are made in memory, one array of each, before a file is written. numpy's
