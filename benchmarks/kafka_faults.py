@@ -60,13 +60,14 @@ def _terminate(_signum: int, _frame: object) -> None:
 
 # -- scenario 1: a leader crash while the producer sends ---------------------------------------------
 def producer_row(cluster: Any, name: str, schedule: Any, crash: bool) -> dict[str, Any]:
+    from rebalancer.produce import BatchingProducer
     from rebalancer.testing.faults import produce_through_leader_crash, read_topic, tally
 
     topic = f"faults-{name}"
     cluster.create_topic(
         topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2}
     )
-    run = produce_through_leader_crash(cluster, topic, PARTITIONS, schedule, crash=crash)
+    run = produce_through_leader_crash(cluster, topic, PARTITIONS, schedule, crash=crash, producer=BatchingProducer)
     stored = read_topic(cluster.bootstrap_servers, topic, PARTITIONS)
     counts = tally(run.sent, run.outcomes, stored)
     resolved_once = run.resolutions == [1] * len(run.sent)

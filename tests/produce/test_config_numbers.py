@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rebalancer._numbers import ASCII_WHITESPACE
-from rebalancer.produce import config, security
+from rebalancer.produce import config, parsing, security
 from rebalancer.produce.config import CollectorConfig, is_secret_key, parse_bool, parse_int, parse_ms
 
 SETTINGS = settings(
@@ -158,14 +158,16 @@ def test_a_secret_key_never_shows_its_value(key: str) -> None:
 
 
 def test_the_secret_keys_of_security_are_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A key security.py calls secret is hidden even when its name has none of the marker words:
-    librdkafka's sensitive ones (issue 42 item 14), and any added to the list."""
+    """A key security.py calls secret (SECRET_KEYS, which it takes from parsing.py, where every
+    error reads it) is hidden even when its name has none of the marker words: librdkafka's
+    sensitive ones (issue 42 item 14), and any added to the list."""
     assert is_secret_key("ssl.key.pem") and is_secret_key("sasl.oauthbearer.config")
     with pytest.raises(ValueError) as info:
         parse_bool("ssl.key.pem", "-----BEGIN PRIVATE KEY-----")
     assert "BEGIN" not in str(info.value)
     assert not is_secret_key("ssl.engine.id")
-    monkeypatch.setattr(security, "SECRET_KEYS", security.SECRET_KEYS | {"ssl.engine.id"})
+    assert security.SECRET_KEYS is parsing.SECRET_KEYS
+    monkeypatch.setattr(parsing, "SECRET_KEYS", security.SECRET_KEYS | {"ssl.engine.id"})
     assert is_secret_key("ssl.engine.id")
 
 

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 from kafka_helpers import read_partitions
+from rebalancer.produce import BatchingProducer
 from rebalancer.testing import KafkaCluster
 from rebalancer.testing.faults import (
     CrashSchedule,
@@ -40,7 +41,7 @@ def test_leader_crash_mid_produce_loses_no_acked_message_and_stores_each_once_in
     )
     leaders_before = cluster.partition_leaders(topic)
     try:
-        run = produce_through_leader_crash(cluster, topic, PARTITIONS, SCHEDULE)
+        run = produce_through_leader_crash(cluster, topic, PARTITIONS, SCHEDULE, producer=BatchingProducer)
     finally:  # the session's cluster is whole again for the tests after this one
         for broker in range(1, cluster.brokers + 1):
             if not cluster.is_up(broker):

@@ -7,7 +7,8 @@ require_extra("rebalancer.produce", "kafka", ("aiokafka",))
 from aiokafka.structs import TopicPartition
 
 from rebalancer.produce.collector import BrokerBatchCollector, Send
-from rebalancer.produce.config import CollectorConfig, ProducerConfig
+from rebalancer.produce.collector_config import CollectorConfig
+from rebalancer.produce.config import ProducerConfig
 from rebalancer.produce.errors import ProducerStoppedError, TransactionAbortedError
 from rebalancer.produce.producer import BatchingProducer
 

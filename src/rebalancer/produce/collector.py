@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
-from rebalancer.produce.config import CollectorConfig
+from rebalancer.produce.collector_config import CollectorConfig
 from rebalancer.produce.stats import LogHistogram
 
 __all__ = [

@@ -7,7 +7,11 @@ import asyncio
 import time
 
 from rebalancer._args import finite_float, integer
-from rebalancer.produce.config import NUMBER_RANGES
+from rebalancer._console import console as make_console
+from rebalancer._console import print_table
+from rebalancer.produce.parsing import NUMBER_RANGES
+from rebalancer.produce.producer import BatchingProducer
+from rebalancer.testing import MockKafkaCluster
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -53,11 +57,6 @@ DEMO_METRICS = (
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rebalancer._console import console as make_console
-    from rebalancer._console import print_table
-    from rebalancer.produce import BatchingProducer
-    from rebalancer.testing import MockKafkaCluster
-
     for name in ("brokers", "partitions", "messages", "value_bytes"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

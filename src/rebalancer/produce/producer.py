@@ -32,7 +32,9 @@ from rebalancer.produce.aiokafka_adapter import (
     wait_on_metadata,
 )
 from rebalancer.produce.collector import BrokerBatchCollector
-from rebalancer.produce.config import PRODUCER_DEFAULTS, CollectorConfig, ProducerConfig, producer_keys
+from rebalancer.produce.collector_config import CollectorConfig
+from rebalancer.produce.config import ProducerConfig, producer_keys
+from rebalancer.produce.defaults import PRODUCER_DEFAULTS
 from rebalancer.produce.delivery import Delivery
 from rebalancer.produce.errors import ProducerStoppedError, TransactionAbortedError
 from rebalancer.produce.partitioner import Partitioner

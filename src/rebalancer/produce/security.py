@@ -2,7 +2,7 @@
 
 Secrets (`sasl.password`, `ssl.key.password`) never reach a log line, an error message, `repr` or
 `stats()`: of every key librdkafka flags sensitive (the user name and the private key's path as
-well) errors name the key and show its value as `<str, hidden>` (`config.shown_setting`), and
+well) errors name the key and show its value as `<str, hidden>` (`parsing.shown_setting`), and
 `SecuritySettings.__repr__` leaves them out.
 """
 
@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 from aiokafka.helpers import create_ssl_context
 
-from rebalancer import _secrets
-from rebalancer.produce.config import parse_bool, shown_setting
+from rebalancer.produce.parsing import SECRET_KEYS, parse_bool, shown_setting
 
-__all__ = ["PROTOCOLS", "SASL_MECHANISMS", "SECURITY_KEYS", "SecuritySettings"]
+__all__ = ["PROTOCOLS", "SASL_MECHANISMS", "SECRET_KEYS", "SECURITY_KEYS", "SecuritySettings"]
 
 PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -26,7 +25,7 @@ _SASL_KEYS = ("sasl.mechanism", "sasl.username", "sasl.password")
 _SSL_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 _SSL_KEYS = (*_SSL_FILES, "ssl.key.password", "enable.ssl.certificate.verification")
 SECURITY_KEYS: tuple[str, ...] = ("security.protocol", *_SASL_KEYS, *_SSL_KEYS)
-SECRET_KEYS: frozenset[str] = _secrets.SECRET_KEYS  # shared with the pipeline, which masks them in URLs
+# SECRET_KEYS (parsing.py, where every error reads it): the keys whose values are never shown.
 
 
 def _text(config: Mapping[str, object], key: str) -> str | None:

@@ -1,13 +1,17 @@
 """Broker faults on a real `KafkaCluster`: a leader crash while an idempotent producer sends, and a
 count of what the brokers kept.
 
-`produce_through_leader_crash` sends at a fixed rate with `BatchingProducer` (idempotent,
-`acks=all`), SIGKILLs the broker that leads the most partitions of the topic when the send loop's
+`produce_through_leader_crash` sends at a fixed rate through the producer it is given (built with
+`enable.idempotence` and `acks=all`; `rebalancer.produce.BatchingProducer` in the tests), SIGKILLs the broker that leads the most partitions of the topic when the send loop's
 clock reaches `kill_at`, and restarts it at `restart_at`: the schedule is the send loop's, measured
 by the messages it has sent, so it does not race anything. `read_topic` reads every partition back
 from offset 0 to its high watermark, and `tally` says what happened to each message: acked and
 stored once at the offset its ack named, failed (reported by its future), lost, duplicated or out
 of send order. tests/testing/test_kafka_faults.py and benchmarks/kafka_faults.py use them.
+
+The producer is an argument, not an import: `testing` imports none of the components (the
+components' demos and tests import it), so `produce`, whose demo starts a `MockKafkaCluster`,
+and `testing` never import each other in a loop.
 """
 
 from __future__ import annotations
@@ -17,17 +21,19 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from rebalancer.testing.kafka_cluster import KafkaCluster
 
 __all__ = [
+    "CrashProducer",
     "CrashRun",
     "CrashSchedule",
     "FaultTally",
+    "SentMessage",
     "produce_through_leader_crash",
     "read_topic",
     "tally",
@@ -39,6 +45,32 @@ log = logging.getLogger(__name__)
 Outcome = tuple[int, int] | BaseException | None
 # The send loop gives the event loop a turn (and paces itself) every this many messages.
 _CHUNK = 50
+
+
+class SentMessage(Protocol):
+    """What `CrashProducer.send` returns: a future of (partition, offset), as BatchingProducer's `Delivery`."""
+
+    def cancelled(self) -> bool: ...
+
+    def exception(self) -> BaseException | None: ...
+
+    def result(self) -> tuple[int, int]: ...
+
+    def add_done_callback(self, fn: Callable[[SentMessage], object]) -> None: ...
+
+
+class CrashProducer(Protocol):
+    """The producer `produce_through_leader_crash` drives: BatchingProducer's start/send/stop/stats."""
+
+    async def start(self) -> None: ...
+
+    async def send(
+        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
+    ) -> SentMessage: ...
+
+    async def stop(self, timeout: float | None = None) -> None: ...
+
+    def stats(self) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -113,13 +145,16 @@ def message_value(partition: int, seq: int) -> bytes:
 
 
 async def _produce(
-    cluster: KafkaCluster, run: CrashRun, config: Mapping[str, object], stop_timeout_s: float, crash: bool
+    cluster: KafkaCluster,
+    run: CrashRun,
+    make_producer: Callable[[dict[str, object]], CrashProducer],
+    config: Mapping[str, object],
+    stop_timeout_s: float,
+    crash: bool,
 ) -> None:
-    from rebalancer.produce import BatchingProducer
-
     schedule, topic, partitions = run.schedule, run.topic, run.partitions
     loop = asyncio.get_running_loop()
-    producer = BatchingProducer(
+    producer = make_producer(
         {
             "bootstrap.servers": cluster.bootstrap_servers,
             "enable.idempotence": True,
@@ -131,7 +166,7 @@ async def _produce(
     run.outcomes = [None] * total
     run.resolutions = [0] * total
 
-    def resolved(index: int, future: asyncio.Future[tuple[int, int]]) -> None:
+    def resolved(index: int, future: SentMessage) -> None:
         run.resolutions[index] += 1
         if future.cancelled():
             run.outcomes[index] = asyncio.CancelledError(f"message {index}'s future was cancelled")
@@ -195,9 +230,14 @@ def produce_through_leader_crash(
     config: Mapping[str, object] | None = None,
     stop_timeout_s: float = 180.0,
     crash: bool = True,
+    *,
+    producer: Callable[[dict[str, object]], CrashProducer],
 ) -> CrashRun:
     """Send `schedule.total` messages to `topic` (message i to partition i % partitions) through an
-    idempotent `acks=all` BatchingProducer, crashing the leader of most partitions meanwhile.
+    idempotent `acks=all` producer, crashing the leader of most partitions meanwhile.
+
+    `producer` builds it from its settings: `rebalancer.produce.BatchingProducer`, or any class with
+    its start/send/stop/stats (`CrashProducer`).
 
     However it ends, the killed broker is up again and every partition in sync when this returns
     (or raises). `config` adds producer settings; `stop_timeout_s` bounds the final flush, after
@@ -208,7 +248,7 @@ def produce_through_leader_crash(
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     run = CrashRun(topic=topic, partitions=partitions, schedule=schedule)
     try:
-        asyncio.run(_produce(cluster, run, dict(config or {}), stop_timeout_s, crash))
+        asyncio.run(_produce(cluster, run, producer, dict(config or {}), stop_timeout_s, crash))
     finally:
         if run.victim >= 0 and not cluster.is_up(run.victim):
             cluster.set_up(run.victim)
@@ -222,7 +262,7 @@ def read_topic(
 ) -> dict[int, list[tuple[int, bytes]]]:
     """{partition: [(offset, value), ...]}: every record from offset 0 to the high watermark read when
     the call starts, with a confluent-kafka consumer that assigns all partitions (no group)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition  # the 'kafka' extra: loaded on use
 
     consumer = Consumer(
         {

@@ -614,7 +614,7 @@ class KafkaCluster:
             time.sleep(0.05)
 
     def _registered_brokers(self) -> set[int]:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException  # the 'kafka' extra: loaded on use
 
         try:
             return set(self._admin().list_topics(timeout=5).brokers)
@@ -623,7 +623,7 @@ class KafkaCluster:
 
     def _admin(self) -> Any:
         if self._admin_client is None:
-            from confluent_kafka.admin import AdminClient
+            from confluent_kafka.admin import AdminClient  # the 'kafka' extra: loaded on use
 
             # Quiet: a downed broker is expected here, and every failure surfaces as an exception.
             self._admin_client = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
@@ -694,8 +694,8 @@ class KafkaCluster:
         timeout_s: float = 60.0,
     ) -> None:
         """Create `name` and wait until every partition has a leader; `config` e.g. {"min.insync.replicas": 2}."""
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import NewTopic
+        from confluent_kafka import KafkaException  # the 'kafka' extra: loaded on use
+        from confluent_kafka.admin import NewTopic  # the 'kafka' extra: loaded on use
 
         self._check_open()
         partitions, replication_factor = check_topic(name, partitions, replication_factor, self.brokers)
@@ -720,7 +720,7 @@ class KafkaCluster:
             time.sleep(0.1)
 
     def _leaders(self, topic: str) -> dict[int, int]:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException  # the 'kafka' extra: loaded on use
 
         try:
             metadata = self._admin().list_topics(timeout=5)  # all topics: naming one could auto-create it
@@ -738,7 +738,7 @@ class KafkaCluster:
 
     def wait_until_in_sync(self, timeout_s: float = 60.0) -> None:
         """Until every partition of every topic has its full replica set in sync (after set_up, say)."""
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException  # the 'kafka' extra: loaded on use
 
         self._check_open()
         check_seconds("timeout_s", timeout_s)

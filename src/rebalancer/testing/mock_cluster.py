@@ -70,7 +70,7 @@ _lib_lock = threading.Lock()
 
 def librdkafka_path() -> str:
     """The librdkafka shared object bundled in the confluent-kafka wheel."""
-    import confluent_kafka
+    import confluent_kafka  # the 'kafka' extra: loaded on use
 
     site = os.path.dirname(os.path.dirname(os.path.abspath(confluent_kafka.__file__)))
     candidates = sorted(glob.glob(os.path.join(site, "confluent_kafka.libs", "librdkafka*.so*")))

@@ -247,19 +247,19 @@ class LocalPostgres:
 
     def _read_password(self) -> None:
         """A restart of an existing directory keeps its password (from the URL file)."""
-        from psycopg.conninfo import conninfo_to_dict
+        from psycopg.conninfo import conninfo_to_dict  # the 'postgres' extra: loaded on use
 
         saved = conninfo_to_dict((self.directory / URL_FILE).read_text().strip())
         self._password = str(saved.get("password", ""))
 
     def _create_database(self) -> None:
-        import psycopg
+        import psycopg  # the 'postgres' extra: loaded on use
 
         admin = self.url.rsplit("/", 1)[0] + "/postgres"
         with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
             if not exists:
-                from psycopg import sql
+                from psycopg import sql  # the 'postgres' extra: loaded on use
 
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
 
