@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -421,3 +422,65 @@ def test_a_directory_that_cannot_be_made_is_refused_by_its_flag_and_leaves_no_st
         fake_run(request, "new")
     assert str(caught.value) == f"checkpoint {refused}: cannot write there: Operation not permitted"
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # out/ and reports/ were this run's: removed
+
+
+# The third attack: an append writes in place and left no mark, so two appends at once both ran
+# (their Spark committers collided in out/quarantine/_temporary), and an overwrite started while an
+# append was writing swapped the output under it. An append now marks the output while it lives.
+def test_a_live_append_is_a_mark_every_other_run_is_refused_by(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    fake_run(_request(out), "old")
+    point = f"stage:{RUN_FILES[0]}"
+    with held_child(tmp_path, point, "fake", str(out), "new", "append") as (child, ready, go):
+        assert wait_ready(ready, WAIT_S) == f"{point}\n"
+        (stage,) = [name for name in os.listdir(out) if name.startswith(".rebalancer-staging-")]
+        for mode in ("append", "overwrite", "error"):
+            with pytest.raises(ValueError) as caught:
+                fake_run(_request(out, mode=mode), "third")
+            assert str(caught.value) == (
+                f"output {out} is being written by another run (pid {child.pid} on this host, into {stage}): "
+                "wait for it to end, or remove that directory if no run is going on"
+            )
+        os.write(go, b"g")
+        assert child.wait() == 0, child.stderr.read() if child.stderr else ""
+    assert not [name for name in os.listdir(out) if name.startswith(".")]  # its mark ended with it
+    assert set(_texts(out).values()) == {"new"}
+
+
+def test_a_killed_appends_mark_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    fake_run(_request(out), "old")
+    point = f"stage:{RUN_FILES[0]}"
+    with held_child(tmp_path, point, "fake", str(out), "new", "append") as (child, ready, _go):
+        assert wait_ready(ready, WAIT_S) == f"{point}\n"
+        child.kill()
+        child.wait()
+    assert [name for name in os.listdir(out) if name.startswith(".rebalancer-staging-")]
+    fake_run(_request(out, mode="append"), "next")
+    assert not [name for name in os.listdir(out) if name.startswith(".")]
+
+
+@pytest.mark.parametrize(("other", "refused"), [("20000101T000000-1-aaaaaa", True), ("29991231T000000-1-aaaaaa", False)])
+def test_of_two_appends_started_at_once_the_later_yields(tmp_path: Path, other: str, refused: bool) -> None:
+    """Both passed the checks before either's mark was there; the other's mark appears just then."""
+    out = tmp_path / "out"
+    fake_run(_request(out), "old")
+    request = _request(out, mode="append")
+    states = check_run_outputs(request, None)
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) as alive:
+        mark = out / f".rebalancer-staging-{other}"
+        mark.mkdir()
+        (mark / "_staging.json").write_text(json.dumps({
+            "token": other, "commit": str(out.resolve()), "pid": alive.pid, "host": socket.gethostname(),
+            "role": "output", "mode": "append",
+        }))  # fmt: skip
+        opened = _output_swap.run_outputs([s for s in states if s is not None], "append", None)
+        if refused:
+            with pytest.raises(ValueError) as caught:
+                opened.__enter__()
+            assert str(caught.value).startswith(f"output {out} is being written by another run (pid {alive.pid} ")
+        else:
+            opened.__enter__()
+            opened.__exit__(None, None, None)
+        assert sorted(name for name in os.listdir(out) if name.startswith(".")) == [mark.name]  # ours is gone
+        alive.stdin.close()  # type: ignore[union-attr]

@@ -29,6 +29,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,17 +152,32 @@ class Outputs:
         fs, location = self.fs[state.dir.key], state.dir.location
         if not fs.exists(location):
             self.created.append(location)
-        if not self.staged:
-            fs.mkdir(location)
-            self._entries[state.dir.key] = state.owned | state.dir.writes | _kept_log(state, fs)
-            fs.write_json(at(location, MANIFEST), self._manifest(state, self._entries[state.dir.key]))
-            return
+        # Every mode makes DIR/.rebalancer-staging-TOKEN/ with its _staging.json (pid, host): while
+        # the run lives, it is the mark other runs are refused by (refuse_busy). An append writes in
+        # place, so its staging holds that mark only, and is removed when the run ends.
         stage = at(location, staging_name(self.token))
         fs.mkdir(stage)
         # The output's manifest is the commit point; named absolutely, for a next run from elsewhere.
         info = {"token": self.token, "commit": self.states[0].dir.key, "pid": os.getpid(),
                 "host": socket.gethostname(), "role": state.dir.role, "batches": state.dir.batches, "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        if not self.staged:
+            info["mode"] = "append"
         fs.write_json(at(stage, INFO), info)
+        if not self.staged:
+            self._entries[state.dir.key] = state.owned | state.dir.writes | _kept_log(state, fs)
+            fs.write_json(at(location, MANIFEST), self._manifest(state, self._entries[state.dir.key]))
+
+    def refuse_earlier_appends(self) -> None:
+        """Two appends started at once both passed the checks (neither's mark was there yet): once
+        both marks are made, the later run (by token: time, then pid) yields to the earlier one, in
+        one line, before it writes anything. A staged run yields at its swap (`_plan`)."""
+        for state in self.states:
+            now = inspect_dir(state.dir, self.spark)
+            if now is None:
+                continue
+            earlier = [lo for lo in now.leftovers if lo.writer is not None and lo.token < self.token]
+            if earlier:
+                refuse_busy(replace(now, leftovers=tuple(earlier)))
 
     def take_group(self, ours: GroupRange) -> None:
         """A Kafka `?group=` run's range, once planned (under the output's claim), before it reads:
@@ -177,7 +193,8 @@ class Outputs:
             fs.write_json(at(output.dir.location, MANIFEST), self._manifest(output, self._entries[output.dir.key]))
 
     def discard(self) -> None:
-        """Remove this run's staging (Ctrl-C, a failure): the previous run was never touched."""
+        """Remove this run's staging (Ctrl-C, a failure, an append's mark at its end): the previous
+        run was never touched."""
         for state in self.states:
             fs = self.fs[state.dir.key]
             stage = at(state.dir.location, staging_name(self.token))
@@ -264,6 +281,8 @@ def run_outputs(states: list[DirState], mode: str, spark: SparkSession | None) -
     outputs = Outputs(states, mode, spark)
     try:
         outputs.open()  # inside: a directory that cannot be made leaves none of the others' staging
+        if not outputs.staged:
+            outputs.refuse_earlier_appends()
         yield outputs
         outputs.publish()
     except BaseException:
@@ -271,3 +290,7 @@ def run_outputs(states: list[DirState], mode: str, spark: SparkSession | None) -
             with _sigint_ignored():
                 outputs.discard()
         raise
+    finally:
+        if not outputs.staged:
+            with _sigint_ignored():
+                outputs.discard()  # the append's mark: it wrote in place

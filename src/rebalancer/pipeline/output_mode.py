@@ -212,8 +212,8 @@ def _committed(info: dict[str, Any] | None, token: str, has_stage: bool, spark: 
         # (which removes the set-aside directory first): either way, nothing of it is DIR's now.
         return False if has_stage else None
     commit = info.get("commit")
-    if not isinstance(commit, str):
-        return False
+    if not isinstance(commit, str) or info.get("mode") == "append":
+        return False  # an append's staging is only its mark, while it writes in place: never swapped
     fs = RunFS.reach(commit, spark)
     if fs is None:
         return None
