@@ -17,7 +17,8 @@ directory that a live run on this host is writing is never touched (the next run
 
 In append mode nothing is staged (a stream resumes from its checkpoint, a group run adds a batch):
 the manifests are written first, naming what the run may add, so a stopped append leaves nothing
-that a later run takes for someone else's.
+that a later run takes for someone else's. Its staging directory holds only its _staging.json, the
+mark that refuses other runs while it lives, removed when it ends (by the next run, if killed).
 """
 
 from __future__ import annotations
