@@ -34,6 +34,15 @@ def kafka_topic(kafka_cluster: MockKafkaCluster) -> Callable[[int], str]:
     return make
 
 
+def cluster_id(bootstrap: str) -> str:
+    """The cluster's id, as its brokers' metadata gives it."""
+    from confluent_kafka.admin import AdminClient
+
+    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).cluster_id
+    assert isinstance(found, str) and found
+    return found
+
+
 def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> dict[int, list[int]]:
     """Send and wait for every ack; returns {partition: offsets} in send order (fails on any error)."""
     from confluent_kafka import Producer

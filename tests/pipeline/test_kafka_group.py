@@ -7,7 +7,7 @@ import itertools
 
 import pandas as pd
 import pytest
-from kafka_fixtures import all_at_once, assert_same_totals
+from kafka_fixtures import all_at_once, assert_same_totals, cluster_id
 
 from rebalancer.pipeline import batch
 from rebalancer.pipeline.batch import run_batch
@@ -28,15 +28,6 @@ def produce_sample(bootstrap: str, topic: str, events: int, seed: int) -> None:
     frame = make_frame(GenerateConfig(events=events, types=12, entities=5, bad_rate=0.01, format="jsonl", seed=seed))
     keys, values = encode_events(frame)
     produce_events(bootstrap, topic, keys, values)
-
-
-def cluster_id(bootstrap: str) -> str:
-    """The cluster's id, as its brokers' metadata gives it."""
-    from confluent_kafka.admin import AdminClient
-
-    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).cluster_id
-    assert isinstance(found, str) and found
-    return found
 
 
 def db_totals(conn: object, schema: str) -> pd.DataFrame:

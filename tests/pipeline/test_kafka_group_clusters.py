@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka_fixtures import cluster_id
 
 from rebalancer.pipeline import batch
 from rebalancer.pipeline.generate import GenerateConfig, make_frame
@@ -46,14 +47,6 @@ def tree_hashes(root: Path) -> dict[str, str]:
             if path.name == "_manifest.json":
                 data = json.dumps({k: v for k, v in json.loads(data).items() if k != "run"}, sort_keys=True).encode()
             found[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
-    return found
-
-
-def cluster_id(bootstrap: str) -> str:
-    from confluent_kafka.admin import AdminClient
-
-    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).cluster_id
-    assert isinstance(found, str) and found
     return found
 
 
