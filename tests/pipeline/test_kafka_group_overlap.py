@@ -161,9 +161,11 @@ from rebalancer.pipeline.kafka.claim import claim_output
 with claim_output(sys.argv[1], "etl"):
     child = os.fork()
     if child == 0:  # a child that outlives its SIGKILLed parent, as a forked worker may
+        # fork() returns here only after the at-fork hooks ran (the claim's copy closed): say so
+        # from here, not from the parent, which may print before the child has run at all.
+        print(os.getpid(), flush=True)
         os.read(0, 1)
         os._exit(0)
-    print(child, flush=True)
     os.read(0, 1)
 """
 
