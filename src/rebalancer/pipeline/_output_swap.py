@@ -138,8 +138,9 @@ class Outputs:
         raise ValueError(f"{location} is none of this run's directories")
 
     def open(self) -> None:
-        """Each directory's staging (error, overwrite) or manifest (append), before the run writes.
-        A directory that cannot be made (a checkpoint under /sys) is refused naming its flag."""
+        """Each directory's staging (an append's holds only its mark) and, for an append, its manifest,
+        before the run writes. A directory that cannot be made (a checkpoint under /sys) is refused
+        naming its flag."""
         for state in self.states:
             try:
                 self._open(state)
@@ -185,13 +186,13 @@ class Outputs:
         an append refuses a range from another cluster or from offsets that went back, which would
         number a batch over an earlier one, and records it in the output's manifest at once; a
         staged run records it at its swap."""
+        if self.staged:
+            self.group = ours
+            return
         output = self.states[0]
-        if not self.staged:
-            refuse_group_rewind(self.states, previous_group(self.states, self.spark), ours)
+        refuse_group_rewind(self.states, previous_group(self.states, self.spark), ours)
         self.group = ours
-        if not self.staged:
-            fs = self.fs[output.dir.key]
-            fs.write_json(at(output.dir.location, MANIFEST), self._manifest(output, self._entries[output.dir.key]))
+        self.fs[output.dir.key].write_json(at(output.dir.location, MANIFEST), self._manifest(output, self._entries[output.dir.key]))
 
     def discard(self) -> None:
         """Remove this run's staging (Ctrl-C, a failure, an append's mark at its end): the previous
