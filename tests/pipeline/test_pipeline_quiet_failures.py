@@ -289,13 +289,14 @@ def test_no_accepted_row_is_a_warning_and_a_report_in_words(spark, tmp_path, cap
 
 def test_the_no_rows_sentence_names_each_reason_by_its_share():
     from rebalancer.pipeline.report import no_rows_accepted
+    from rebalancer.pipeline.run_summary import RunSummary
 
-    assert no_rows_accepted({"ingested": 5, "accepted": 1, "quarantine_reasons": {"x": 4}}) is None
-    assert no_rows_accepted({"ingested": 0, "accepted": 0, "quarantine_reasons": {}}) == (
+    assert no_rows_accepted(RunSummary.from_json({"ingested": 5, "accepted": 1, "quarantine_reasons": {"x": 4}})) is None
+    assert no_rows_accepted(RunSummary.from_json({"ingested": 0, "accepted": 0, "quarantine_reasons": {}})) == (
         "0 rows accepted: the input has no rows"
     )
     reasons = {"ts_unparseable": 1, "value_not_numeric": 1998, "type_missing": 1}
-    assert no_rows_accepted({"ingested": 2000, "accepted": 0, "quarantine_reasons": reasons}) == (
+    assert no_rows_accepted(RunSummary.from_json({"ingested": 2000, "accepted": 0, "quarantine_reasons": reasons})) == (
         "0 of 2,000 rows accepted; every row was quarantined: value_not_numeric >99%, ts_unparseable <1%, "
         "type_missing <1%"
     )

@@ -14,8 +14,9 @@ import logging
 
 import pytest
 
-from rebalancer.pipeline.batch import load_previous_plan, load_previous_summary
-from rebalancer.pipeline.stream import STATE_VERSION, StreamData, StreamState, StreamTotals, _empty_state
+from rebalancer.pipeline.contract import RowCounts as StreamTotals
+from rebalancer.pipeline.plan_from import load_previous_plan, load_previous_summary
+from rebalancer.pipeline.stream import STATE_VERSION, StreamData, StreamState, _empty_state
 
 DAMAGED = [
     "{not json",  # cut short by a crash, or edited by hand

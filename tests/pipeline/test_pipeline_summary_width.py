@@ -7,6 +7,7 @@ import io
 from rich.console import Console
 
 from rebalancer.pipeline.batch import wall_comparison
+from rebalancer.pipeline.run_summary import RunSummary
 from rebalancer.pipeline.terminal import fit, print_summary
 
 
@@ -38,7 +39,7 @@ def _summary() -> dict:
 def test_phrases_stay_whole_at_80_columns(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     out = io.StringIO()
-    print_summary(Console(file=out, markup=False), _summary(), report=False)
+    print_summary(Console(file=out, markup=False), RunSummary.from_json(_summary()), report=False)
     lines = out.getvalue().splitlines()
     assert max(len(line) for line in lines) == 80
     cells = [line.split("│")[2].strip() for line in lines if line.count("│") == 3]

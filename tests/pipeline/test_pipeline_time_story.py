@@ -47,7 +47,7 @@ def _summary(**extra: object) -> dict:
 
 def _printed(summary: dict) -> str:
     out = io.StringIO()
-    print_summary(Console(file=out, width=300, markup=False), summary, report=False)
+    print_summary(Console(file=out, width=300, markup=False), RunSummary.from_json(summary), report=False)
     return " ".join(out.getvalue().split())
 
 
@@ -65,14 +65,14 @@ def test_the_summary_shows_both_walls_and_the_time_saved():
 
 
 def test_a_slower_plan_is_said_to_lose_time():
-    assert report.wall_line(_summary(compare_hash=wall_comparison(10.0, 11.0))) == (
+    assert report.wall_line(RunSummary.from_json(_summary(compare_hash=wall_comparison(10.0, 11.0)))) == (
         "10.0 s with Spark's hash, 11.0 s under the plan: 1.0 s lost (10%)"
     )
 
 
 def test_without_compare_hash_no_wall_row():
     assert "wall of dispatch" not in _printed(_summary())
-    assert report.wall_line(_summary()) is None
+    assert report.wall_line(RunSummary.from_json(_summary())) is None
 
 
 def test_the_report_shows_the_walls_and_says_why_even_rows_took_uneven_seconds():
@@ -99,7 +99,7 @@ def test_on_too_few_cores_the_summary_and_report_say_why_no_time_was_saved():
         "holds 27%), so the cores stay busy either way and placement has little wall to save; it saves "
         "time where a task holds more than that (from 4 cores up, for this input)."
     )
-    assert report.wall_note(summary) == note
+    assert report.wall_note(RunSummary.from_json(summary)) == note
     assert note in _printed(summary)
     plan = SlotPlan(partitions=4, owner={}, counts={}, load_before=[0] * 4, load_after=[0] * 4)
     assert note.replace("'", "&#x27;") in report.render_report(RunSummary.from_json(summary), plan, None)
@@ -115,7 +115,7 @@ def test_on_too_few_cores_the_summary_and_report_say_why_no_time_was_saved():
     ],
 )
 def test_no_note_where_placement_can_shorten_the_wall_or_the_cores_are_unknown(walls):
-    assert report.wall_note(_summary(compare_hash=walls)) is None
+    assert report.wall_note(RunSummary.from_json(_summary(compare_hash=walls))) is None
     assert "core's share" not in _printed(_summary(compare_hash=walls))
 
 
@@ -151,6 +151,6 @@ def test_compare_hash_measures_both_walls_and_leaves_no_scratch(spark, dataset, 
     summary = json.loads((out / "summary.json").read_text())
     assert walls["cores"] == 2  # the suite's local[2]
     assert walls["hash_largest_share"] == round(max(summary["hash_load"]) / sum(summary["hash_load"]), 4)
-    assert f"wall of dispatch, hash vs plan │ {report.wall_line({'compare_hash': walls})}" in printed
-    assert report.wall_line({"compare_hash": walls}) in (out / "report.html").read_text().replace("&#x27;", "'")
+    assert f"wall of dispatch, hash vs plan │ {report.wall_line(RunSummary.from_json({'compare_hash': walls}))}" in printed
+    assert report.wall_line(RunSummary.from_json({"compare_hash": walls})) in (out / "report.html").read_text().replace("&#x27;", "'")
     assert not Path(out / "_compare_hash").exists()

@@ -15,7 +15,9 @@ require_extra("rebalancer.pipeline", "spark")
 if TYPE_CHECKING:
     from rebalancer.pipeline.apply import ApplyPlan, BalancedApply, PlanStore, TaskStats, balanced_apply
     from rebalancer.pipeline.framework import Pipeline
-    from rebalancer.pipeline.runner import RunRequest, RunSummary, run
+    from rebalancer.pipeline.resolved import RunRequest
+    from rebalancer.pipeline.run_summary import RunSummary
+    from rebalancer.pipeline.runner import run
 
 _PUBLIC = {
     "ApplyPlan": "rebalancer.pipeline.apply",
@@ -24,8 +26,8 @@ _PUBLIC = {
     "TaskStats": "rebalancer.pipeline.apply",
     "balanced_apply": "rebalancer.pipeline.apply",
     "Pipeline": "rebalancer.pipeline.framework",
-    "RunRequest": "rebalancer.pipeline.runner",
-    "RunSummary": "rebalancer.pipeline.runner",
+    "RunRequest": "rebalancer.pipeline.resolved",
+    "RunSummary": "rebalancer.pipeline.run_summary",
     "run": "rebalancer.pipeline.runner",
 }
 __all__ = [

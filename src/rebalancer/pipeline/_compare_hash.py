@@ -3,11 +3,12 @@ the same input, warm, into a scratch directory removed after."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rebalancer.pipeline._output_fs import RunFS
 from rebalancer.pipeline._output_manifest import COMPARE_SCRATCH
 from rebalancer.pipeline.core import PassTarget, run_pass
+from rebalancer.pipeline.run_summary import WallComparison
 from rebalancer.pipeline.session import default_parallelism
 from rebalancer.pipeline.slots import SlotPlan, hash_plan
 
@@ -27,7 +28,7 @@ def pass_wall(stage_seconds: dict[str, float]) -> float:
     return round(sum(stage_seconds.get(stage, 0.0) for stage in COMPARED_STAGES), 3)
 
 
-def wall_comparison(hash_s: float, plan_s: float) -> dict[str, Any]:
+def wall_comparison(hash_s: float, plan_s: float) -> WallComparison:
     """Both walls and what the plan saved (negative: lost), in seconds and percent of hash's."""
     saved = round(hash_s - plan_s, 3)
     return {
@@ -45,7 +46,7 @@ def hash_wall(
     out: OutputPath,
     partitioning: str,
     plan: SlotPlan,
-) -> dict[str, Any]:
+) -> WallComparison:
     """This run's plan and Spark's hash placement, each timed on a further pass over the same input
     (into a scratch directory, removed after): the walls of the stages placement decides.
 
@@ -69,11 +70,10 @@ def hash_wall(
     finally:
         fs.remove(str(scratch))
     hash_load = hashed.plan.load_after
-    return {
-        **wall_comparison(pass_wall(hashed.stage_seconds), pass_wall(planned.stage_seconds)),
-        "stages": list(COMPARED_STAGES),
-        "hash_stage_seconds": hashed.stage_seconds,
-        "plan_stage_seconds": planned.stage_seconds,
-        "cores": default_parallelism(spark),
-        "hash_largest_share": round(max(hash_load) / sum(hash_load), 4) if sum(hash_load) else None,
-    }
+    walls = wall_comparison(pass_wall(hashed.stage_seconds), pass_wall(planned.stage_seconds))
+    walls["stages"] = list(COMPARED_STAGES)
+    walls["hash_stage_seconds"] = hashed.stage_seconds
+    walls["plan_stage_seconds"] = planned.stage_seconds
+    walls["cores"] = default_parallelism(spark)
+    walls["hash_largest_share"] = round(max(hash_load) / sum(hash_load), 4) if sum(hash_load) else None
+    return walls

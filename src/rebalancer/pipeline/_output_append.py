@@ -23,8 +23,7 @@ from rebalancer.pipeline.paths import join
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline.output_mode import DirState
-    from rebalancer.pipeline.runner import RunRequest
+    from rebalancer.pipeline.output_mode import DirState, RunDirs
 
 # How a run keys its metrics: each kind of run, and the folders it writes under OUTPUT/metrics/.
 BY_BATCH = "a stream's (or a Kafka group run's) outputs, metrics/batch_id=N/"
@@ -57,7 +56,7 @@ ANY_STREAM = "a stream"
 OWN_CHECKPOINT = "the stream checkpointed in OUTPUT/_checkpoint"
 
 
-def batch_source(request: RunRequest) -> str:
+def batch_source(request: RunDirs) -> str:
     """Who numbers the batch_id=N/ of a run keyed by batch: its group on its topic, or its stream,
     by its checkpoint (a stream with another checkpoint numbers its batches from 0 again). The
     output's manifest records it, so the next append knows whose batches are there."""
@@ -75,7 +74,7 @@ def _same_source(theirs: str, ours: str) -> bool:
     return theirs == ours or ours.startswith(f"{theirs} on topic ") or (theirs == ANY_STREAM and ours.startswith("the stream "))
 
 
-def refuse_fresh_checkpoint(request: RunRequest, spark: SparkSession | None) -> None:
+def refuse_fresh_checkpoint(request: RunDirs, spark: SparkSession | None) -> None:
     """A stream appending to an output that holds a stream's batches resumes from its checkpoint; one
     whose checkpoint holds no state (new, or removed) starts again at batch_id=0 and would replace
     the batches there. A remote checkpoint is looked at once `spark` can reach it."""
@@ -104,7 +103,7 @@ def _previous_summary(states: list[DirState], spark: SparkSession | None) -> obj
     return None
 
 
-def _summary_source(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> str | None:
+def _summary_source(request: RunDirs, states: list[DirState | None], spark: SparkSession | None) -> str | None:
     """Whose batches the previous run's summary.json names (an output from before manifests said so)."""
     key = location_key(request.report_dir if request.report_dir is not None else request.output)
     return _numbering(_previous_summary([s for s in states if s is not None and s.dir.key == key], spark))
@@ -153,7 +152,7 @@ def refuse_group_rewind(states: list[DirState], previous: GroupRange | None, our
         )
 
 
-def refuse_other_batches(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:
+def refuse_other_batches(request: RunDirs, states: list[DirState | None], spark: SparkSession | None) -> None:
     """An append numbers its batches as its own source does (a group run: from the sum of its group's
     offsets, 0 for a new group; a stream: from its checkpoint), so another group's, topic's or
     stream's batch_id=N/ would be replaced. The output's manifest names the source of its batches
@@ -170,7 +169,7 @@ def refuse_other_batches(request: RunRequest, states: list[DirState | None], spa
     )
 
 
-def refuse_mixed_append(request: RunRequest, states: list[DirState | None], spark: SparkSession | None) -> None:
+def refuse_mixed_append(request: RunDirs, states: list[DirState | None], spark: SparkSession | None) -> None:
     """An append's refusals: another layout of metrics, or another source's batches."""
     output = states[0]  # run_dirs lists the output first
     if request.keyed_by_batch:

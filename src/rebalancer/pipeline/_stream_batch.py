@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline._stream_state import (
@@ -23,8 +23,8 @@ from rebalancer.pipeline._stream_state import (
     add_routing,
 )
 from rebalancer.pipeline.contract import SKEW_DIGITS
-from rebalancer.pipeline.core import PassTarget, run_pass
-from rebalancer.pipeline.framework import Routing
+from rebalancer.pipeline.core import InputCounts, PassTarget, run_pass
+from rebalancer.pipeline.framework import HandlerTotals, Routing
 from rebalancer.pipeline.paths import OutputPath
 from rebalancer.pipeline.session import pipeline_conf
 from rebalancer.pipeline.slots import (
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
+    from rebalancer.pipeline.sinks.outputs import SinkSection
 
 # The logger of the module these lines came from, so logging set up for it keeps working.
 log = logging.getLogger("rebalancer.pipeline.stream")
@@ -166,13 +167,13 @@ class BatchProcessor:
             builtin = routing.builtin_counts
             return self.current_plan(builtin.type_counts, builtin.bucket_counts, batch_id)
 
-        def sink_write(frames: dict[str, DataFrame], keys: Any) -> None:
+        def sink_write(frames: dict[str, DataFrame], keys: dict[str, tuple[str, ...]]) -> None:
             from rebalancer.pipeline.sinks import write_stream_outputs
 
             assert self.sink is not None
             data = self.state.data
             if data.sink is None:
-                data.sink = {}
+                data.sink = cast("SinkSection", {})  # filled by the first batch's write
             # The batch's tables and its rebalancer_batches row commit together; a replay is skipped.
             write_stream_outputs(
                 self.sink, frames, self.checkpoint or self.out / "_checkpoint", batch_id, data.sink, keys=keys
@@ -197,12 +198,12 @@ class BatchProcessor:
 
     def _apply(
         self,
-        counts: Any,
+        counts: InputCounts,
         task_rows: list[int],
         task_seconds: list[float],
         batch_id: int,
         routing: Routing | None = None,
-        sections: dict[str, dict[str, Any]] | None = None,
+        sections: dict[str, HandlerTotals] | None = None,
     ) -> None:
         data = self.state.data
         if routing is not None:

@@ -7,10 +7,10 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rebalancer._secrets import shown_location
 from rebalancer.balance.metrics import max_over_median
 from rebalancer.pipeline._stream_batch import BatchProcessor
 from rebalancer.pipeline._stream_query import (
@@ -22,10 +22,13 @@ from rebalancer.pipeline._stream_query import (
     stopped_after_batches,
 )
 from rebalancer.pipeline._stream_state import BatchProgress, StreamConfig, StreamData, StreamState
-from rebalancer.pipeline.contract import REASONS, SKEW_DIGITS
-from rebalancer.pipeline.ingest import InputSpec, check_output, input_name, read_stream
-from rebalancer.pipeline.paths import OutputPath, output_path, write_json
+from rebalancer.pipeline.contract import SKEW_DIGITS
+from rebalancer.pipeline.framework import RoutingTotals
+from rebalancer.pipeline.ingest import input_name, read_stream
+from rebalancer.pipeline.resolved import ResolvedRun, RunHooks, RunRequest, StreamSettings, resolve_run
+from rebalancer.pipeline.run_summary import RunSummary, StreamFigures
 from rebalancer.pipeline.session import is_connect, pipeline_conf
+from rebalancer.pipeline.summary_files import summarise_and_write
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -72,13 +75,13 @@ class _QuietStop:
         self._set_jvm("ERROR")
 
 
-def stream_reader(spark: SparkSession, spec: InputSpec | Input, files_per_batch: int) -> DataFrame:
+def stream_reader(spark: SparkSession, spec: Input, files_per_batch: int) -> DataFrame:
     return read_stream(spark, spec, files_per_batch)
 
 
 def run_stream(
     spark: SparkSession,
-    spec: InputSpec,
+    spec: Input,
     out: str | Path,
     config: StreamConfig,
     sink: PostgresSink | None = None,
@@ -88,8 +91,12 @@ def run_stream(
     on_batch: Callable[[BatchProgress], None] | None = None,
     output_mode: str | None = None,
     output_name: str | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Run until the input is drained (available_now), `max_batches` are done, or Ctrl-C.
+
+    The library's entry: `config` checked (`StreamConfig.validate`), then a `RunRequest` of these
+    settings, resolved (`resolve_run`) without an output mode (`output_mode` is only recorded), and
+    run by `drive_stream`.
 
     `on_batch` gets each micro-batch's BatchProgress once it is applied (on Spark's callback thread).
     Ctrl-C (SIGINT, when called from the main thread) stops the query cleanly: the batch in flight is
@@ -104,50 +111,64 @@ def run_stream(
     On Spark Connect the batches are applied by the server's foreachBatch worker, which must import
     rebalancer; `on_batch` is then called on the client's listener thread, from the state file.
     """
-
     config.validate()
-    if spec.files and not spec.is_directory():  # a Kafka topic has no files
-        raise ValueError(f"streaming needs an input directory, got a file: {input_name(spec)}")
-    target = output_path(out, spark)
-    checkpoint = output_path(config.checkpoint, spark) if config.checkpoint else target / "_checkpoint"
-    check_output(out, spec, checkpoint, spark=spark)
-    reports = output_path(report_dir) if report_dir is not None else None
+    request = RunRequest(
+        input=spec,
+        output=out,
+        partitions=config.partitions,
+        partitioning=config.partitioning,
+        handlers=handlers,
+        cost=cost,
+        stream=True,
+        checkpoint=config.checkpoint,
+        report_dir=report_dir,
+        sink=sink,
+    )
+    settings = StreamSettings(
+        rebalance_every=config.rebalance_every,
+        max_moves=config.max_moves,
+        max_batches=config.max_batches,
+        files_per_batch=config.files_per_batch,
+        available_now=config.available_now,
+        trigger_seconds=config.trigger_seconds,
+        crash_after_batch=config.crash_after_batch,
+    )
+    resolved = resolve_run(request, spark, modes=False, stream=settings, output_name=output_name)
+    return drive_stream(replace(resolved, mode=output_mode), RunHooks(on_batch=on_batch), spark)
+
+
+def drive_stream(run: ResolvedRun, hooks: RunHooks, spark: SparkSession) -> RunSummary:
+    """The stream of `run` (resolved: checked, its partitions decided), until it stops; its summary
+    written beside the outputs (`summarise_and_write`)."""
     with pipeline_conf(spark):
-        return _run_stream(
-            spark,
-            spec,
-            target,
-            config,
-            checkpoint,
-            sink,
-            reports=reports,
-            handlers=handlers,
-            cost=cost,
-            on_batch=on_batch,
-            output_mode=output_mode,
-            output_name=output_name,
-        )
+        return _drive_stream(run, hooks, spark)
 
 
-def _run_stream(
-    spark: SparkSession,
-    spec: InputSpec,
-    out: OutputPath,
-    config: StreamConfig,
-    checkpoint: OutputPath,
-    sink: PostgresSink | None = None,
-    reports: OutputPath | None = None,
-    handlers: Pipeline | None = None,
-    cost: str = "rows",
-    on_batch: Callable[[BatchProgress], None] | None = None,
-    output_mode: str | None = None,
-    output_name: str | None = None,
-) -> dict[str, Any]:
+def stream_config(run: ResolvedRun) -> StreamConfig:
+    """What the foreachBatch processor takes (and Spark Connect pickles) of a resolved stream."""
+    settings = run.stream or StreamSettings()
+    return StreamConfig(
+        partitions=run.partitions,
+        partitioning=run.partitioning,
+        rebalance_every=settings.rebalance_every,
+        max_moves=settings.max_moves,
+        max_batches=settings.max_batches,
+        files_per_batch=settings.files_per_batch,
+        available_now=settings.available_now,
+        checkpoint=str(run.checkpoint) if run.checkpoint is not None else None,
+        trigger_seconds=settings.trigger_seconds,
+        crash_after_batch=settings.crash_after_batch,
+    )
+
+
+def _drive_stream(run: ResolvedRun, hooks: RunHooks, spark: SparkSession) -> RunSummary:
     from pyspark.errors import StreamingQueryException
 
+    config, spec, on_batch = stream_config(run), run.input, hooks.on_batch
+    checkpoint = run.checkpoint if run.checkpoint is not None else run.output / "_checkpoint"
     state = StreamState(checkpoint / "rebalancer" / "state.json", config.partitions)
     processor = BatchProcessor(
-        out, config, state, sink=sink, checkpoint=checkpoint, handlers=handlers, cost=cost
+        run.output, config, state, sink=run.sink, checkpoint=checkpoint, handlers=run.handlers, cost=run.cost
     )
     # On Spark Connect the processor runs in a server-side worker: progress comes from its state file.
     connect = _ConnectProgress(state, on_batch) if is_connect(spark) else None
@@ -208,65 +229,38 @@ def _run_stream(
     else:
         with processor.lock:  # the callback thread is done with the state once the query has stopped
             data = copy.deepcopy(state.data)
-    return write_stream_summary(
-        out,
-        spec,
-        config,
-        data,
-        time.perf_counter() - started,
-        reports,
-        interrupted=interrupted,
-        output_mode=output_mode,
-        output_name=output_name,
-    )
+    summary = stream_summary(run, data, time.perf_counter() - started, interrupted)
+    plan_json = dict(data.last_plan) if data.last_plan else None
+    return summarise_and_write(run.reports, summary, plan_json)
 
 
-def write_stream_summary(
-    out: OutputPath,
-    spec: InputSpec,
-    config: StreamConfig,
-    data: StreamData,
-    elapsed: float,
-    reports: OutputPath | None = None,
-    interrupted: bool = False,
-    output_mode: str | None = None,
-    output_name: str | None = None,
-) -> dict[str, Any]:
+def stream_summary(run: ResolvedRun, data: StreamData, elapsed: float, interrupted: bool = False) -> RunSummary:
+    """The stream's summary, from its state: the totals of every batch applied (this run's and, when
+    it resumed a checkpoint, the earlier runs')."""
     totals = data.totals
     unhandled = data.unhandled_types or {}
-    summary: dict[str, Any] = {
-        "mode": "stream",
-        "input": input_name(spec),
-        "format": spec.format,
-        "output": shown_location(str(output_name or out)),  # a URI's password as ***
-        "output_mode": output_mode,
-        "ingested": totals.ingested,
-        "accepted": totals.accepted,
-        "quarantined": totals.quarantined,
-        "quarantine_reasons": {r: totals.reasons[r] for r in REASONS if r in totals.reasons},
-        "types": len(data.type_totals),
-        "partitions": config.partitions,
-        "partitioning": config.partitioning,
-        "batches": data.batches,
-        "last_batch_id": data.last_batch_id,
-        "plans": data.plans,
-        "moves": data.moves,
-        "elapsed_s": round(elapsed, 3),
-        "task_rows": data.task_rows,
-        "task_seconds": data.task_seconds,
-        "skew_ratio": max_over_median(data.task_rows, SKEW_DIGITS),
-        "handled": totals.accepted - sum(unhandled.values()),
-        "unhandled": sum(unhandled.values()),
-        "unhandled_types": unhandled,
-        "handlers": data.handlers or {},
-    }
-    if data.sink:
-        summary["sink"] = data.sink
-    if interrupted:
-        summary["interrupted"] = True  # stopped by Ctrl-C: the batches above are all that were applied
-    reports = reports or out  # where summary.json and plan.json live
-    reports.mkdir(parents=True, exist_ok=True)
-    write_json(reports / "summary.json", summary)
-    if data.last_plan:
-        write_json(reports / "plan.json", {"partitioning": config.partitioning, **data.last_plan})
-    return summary
+    handlers = data.handlers or {}
+    return RunSummary(
+        input=input_name(run.input),
+        format=run.input.format,
+        output=run.output_name,
+        output_mode=run.mode,
+        counts=totals.ordered(),
+        types=len(data.type_totals),
+        partitions=run.partitions,
+        partitioning=run.partitioning,
+        elapsed_s=round(elapsed, 3),
+        task_rows=data.task_rows,
+        task_seconds=data.task_seconds,
+        skew_ratio=max_over_median(data.task_rows, SKEW_DIGITS),
+        routing=RoutingTotals.from_json(
+            {
+                "handled": totals.accepted - sum(unhandled.values()),
+                "unhandled": sum(unhandled.values()),
+                "unhandled_types": unhandled,
+                "handlers": handlers,
+            }
+        ),
+        sink=data.sink or None,
+        stream=StreamFigures(data.batches, data.last_batch_id, data.plans, data.moves, interrupted),
+    )

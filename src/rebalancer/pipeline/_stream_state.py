@@ -6,22 +6,19 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rebalancer._secrets import masks_errors
 from rebalancer.balance.metrics import max_over_median
-from rebalancer.pipeline._checks import COUNT_MAX, check_int, check_partitions, check_seconds
-from rebalancer.pipeline.contract import SKEW_DIGITS
-from rebalancer.pipeline.dispatch import PARTITIONINGS
-from rebalancer.pipeline.framework import Routing
+from rebalancer.pipeline._checks import check_partitions, check_seconds
+from rebalancer.pipeline.contract import SKEW_DIGITS, RowCounts
+from rebalancer.pipeline.framework import HandlerTotals, Routing
 from rebalancer.pipeline.paths import OutputPath, write_json
+from rebalancer.pipeline.sinks.outputs import SinkSection
 from rebalancer.pipeline.slots import (
     SlotPlan,
     items_from_json,
 )
-
-if TYPE_CHECKING:
-    from rebalancer.pipeline.core import InputCounts
 
 
 @dataclass(frozen=True)
@@ -39,22 +36,17 @@ class StreamConfig:
     crash_after_batch: int | None = None
 
     def validate(self) -> None:
-        """Counts are ints: a rebalance_every of nan or 1.5 was taken, and never re-planned. numpy's
-        ints are ints too, kept as plain ints (each is checked to a plain int and stored so)."""
-        counts: dict[str, object] = {"partitions": check_partitions(self.partitions)}
-        if self.partitioning not in PARTITIONINGS:
-            raise ValueError(
-                f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {self.partitioning!r}"
-            )
-        counts["rebalance_every"] = check_int(self.rebalance_every, "rebalance_every", 1, COUNT_MAX)
-        if self.max_batches is not None:
-            counts["max_batches"] = check_int(self.max_batches, "max_batches", 1, COUNT_MAX)
-        counts["files_per_batch"] = check_int(self.files_per_batch, "files_per_batch", 1, COUNT_MAX)
-        if self.max_moves is not None:
-            counts["max_moves"] = check_int(self.max_moves, "max_moves", 0, COUNT_MAX)
+        """Counts are ints: a rebalance_every of nan or 1.5 was taken, and never re-planned. Each is
+        checked by its rule in `run_fields.SETTINGS` (the one check of `RunRequest`'s field, named
+        here by this class's field), and stored as a plain int (numpy's ints are ints too)."""
+        from rebalancer.pipeline.run_fields import SETTINGS, plain_number
+
+        check_partitions(self.partitions)  # not optional here: a stream's state is made for its count
+        for name in ("partitions", "partitioning", "rebalance_every", "max_batches", "files_per_batch", "max_moves"):
+            value = getattr(self, name)
+            SETTINGS[name].rule.check(name, value)
+            object.__setattr__(self, name, plain_number(value))  # equal to what was there: a plain int
         check_seconds(self.trigger_seconds, "trigger_seconds")
-        for name, value in counts.items():
-            object.__setattr__(self, name, value)  # equal to what was there: a plain int
 
 
 @dataclass(frozen=True)
@@ -98,36 +90,6 @@ STATE_VERSION = 2
 PROGRESS_KEPT = 100
 
 
-@dataclass
-class StreamTotals:
-    """Rows over every batch applied: what the summary's counts and each progress line come from."""
-
-    ingested: int = 0
-    accepted: int = 0
-    quarantined: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-
-    def add(self, counts: InputCounts) -> None:
-        """Adds one batch's counts (its first pass's) to the totals."""
-        self.ingested += counts.ingested
-        self.accepted += counts.accepted
-        self.quarantined += counts.quarantined
-        for reason, count in counts.reasons.items():
-            self.reasons[reason] = self.reasons.get(reason, 0) + count
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ingested": self.ingested,
-            "accepted": self.accepted,
-            "quarantined": self.quarantined,
-            "reasons": self.reasons,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StreamTotals:
-        return cls(data["ingested"], data["accepted"], data["quarantined"], dict(data.get("reasons", {})))
-
-
 # The keys state.json may hold besides the fixed ones, in the order a batch adds them.
 _OPTIONAL = ("sink", "handlers", "unhandled_types", "progress")
 
@@ -149,12 +111,12 @@ class StreamData:
     shard_of: dict[str, dict[str, int]] = field(default_factory=dict)  # type -> {bucket (text): shard}
     window_type_counts: dict[str, int] = field(default_factory=dict)
     window_bucket_counts: list[list[Any]] = field(default_factory=list)  # [type, bucket, rows]
-    totals: StreamTotals = field(default_factory=StreamTotals)
+    totals: RowCounts = field(default_factory=RowCounts)
     type_totals: dict[str, int] = field(default_factory=dict)
     moves: int = 0
     last_plan: dict[str, Any] | None = None
     # None until a batch adds them: a state without them is written without the key.
-    sink: dict[str, Any] | None = None
+    sink: SinkSection | None = None
     handlers: dict[str, dict[str, Any]] | None = None
     unhandled_types: dict[str, int] | None = None
     progress: list[dict[str, Any]] | None = None
@@ -207,7 +169,7 @@ class StreamData:
             shard_of=dict(data["shard_of"]),
             window_type_counts=dict(data["window_type_counts"]),
             window_bucket_counts=list(data["window_bucket_counts"]),
-            totals=StreamTotals.from_json(data["totals"]),
+            totals=RowCounts.from_json(data["totals"]),
             type_totals=dict(data["type_totals"]),
             moves=data["moves"],
             last_plan=data.get("last_plan"),
@@ -305,22 +267,22 @@ class StreamState:
         return type(self), (self.path, self.partitions)
 
 
-def add_routing(data: StreamData, routing: Routing, sections: dict[str, dict[str, Any]]) -> None:
+def add_routing(data: StreamData, routing: Routing, sections: dict[str, HandlerTotals]) -> None:
     """Add one batch's handler totals (types seen, rows, calls) and unhandled rows to the state."""
     if data.handlers is None:
         data.handlers = {}
     handlers = data.handlers
-    parts = {name: (types, sections.get(name, {})) for name, types in routing.handlers.items()}
+    parts = {name: (types, sections.get(name)) for name, types in routing.handlers.items()}
     builtin = routing.builtin_counts.type_counts
     if builtin:
-        parts["metrics"] = (list(builtin), {})
+        parts["metrics"] = (list(builtin), None)
     for name, (types, section) in parts.items():
         total = handlers.setdefault(name, {"types": 0, "rows": 0, "calls": 0, "seen_types": []})
         seen = sorted({*total["seen_types"], *types})
         total["seen_types"] = seen
         total["types"] = len(seen)
         total["rows"] += sum(int(routing.counts.type_counts[t]) for t in types)
-        total["calls"] += int(section.get("calls") or 0)
+        total["calls"] += int(section.calls or 0) if section is not None else 0
     if data.unhandled_types is None:
         data.unhandled_types = {}
     unhandled = data.unhandled_types

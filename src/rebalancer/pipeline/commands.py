@@ -368,8 +368,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rebalancer.pipeline.report import no_rows_accepted
 
     console.print(summary.plan_line(), highlight=False)
-    print_summary(console, summary.to_json(), args.report_dir, report=not args.no_report)
-    warning = no_rows_accepted(summary.to_json())
+    print_summary(console, summary, args.report_dir, report=not args.no_report)
+    warning = no_rows_accepted(summary)
     if warning:
         print(f"rebalancer: warning: {warning}", file=sys.stderr)
     if summary.interrupted:

@@ -7,6 +7,7 @@ A leaf module (it imports nothing of the pipeline), so the file reader (`ingest`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -31,6 +32,47 @@ REASONS = (
 SKEW_DIGITS = 4
 # Set by a Kafka input (rebalancer.pipeline.kafka.telemetry) on messages that are not JSON objects.
 NOT_JSON_COLUMN = "_value_not_json"
+
+
+@dataclass
+class RowCounts:
+    """Rows read, accepted and quarantined (by reason): one pass's, or a stream's over every batch.
+
+    The counts every summary reconciles (ingested == accepted + quarantined); `ordered` is the one
+    place a summary's reasons are put in REASONS order."""
+
+    ingested: int = 0
+    accepted: int = 0
+    quarantined: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, counts: RowCounts) -> None:
+        """Adds another pass's counts (a stream's next batch) to these."""
+        self.ingested += counts.ingested
+        self.accepted += counts.accepted
+        self.quarantined += counts.quarantined
+        for reason, count in counts.reasons.items():
+            self.reasons[reason] = self.reasons.get(reason, 0) + count
+
+    def ordered(self) -> RowCounts:
+        """These counts, as a summary shows them: the reasons in REASONS order (the order a row is
+        checked in), any other after them."""
+        reasons = {reason: self.reasons[reason] for reason in REASONS if reason in self.reasons}
+        reasons.update((reason, count) for reason, count in self.reasons.items() if reason not in reasons)
+        return RowCounts(self.ingested, self.accepted, self.quarantined, reasons)
+
+    def to_json(self) -> dict[str, int | dict[str, int]]:
+        """As a stream's state.json keeps its totals."""
+        return {
+            "ingested": self.ingested,
+            "accepted": self.accepted,
+            "quarantined": self.quarantined,
+            "reasons": self.reasons,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RowCounts:
+        return cls(data["ingested"], data["accepted"], data["quarantined"], dict(data.get("reasons", {})))
 
 
 def column_mapping(columns: Mapping[str, str] | None = None) -> dict[str, str]:

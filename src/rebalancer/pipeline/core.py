@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rebalancer.pipeline.contract import REASONS
+from rebalancer.pipeline.contract import RowCounts
 from rebalancer.pipeline.dispatch import dispatch
-from rebalancer.pipeline.framework import Routing, route_types, run_handlers
+from rebalancer.pipeline.framework import HandlerTotals, Routing, route_types, run_handlers
 from rebalancer.pipeline.ingest import accepted_rows, cacheable_rows, classify, quarantine_rows
 from rebalancer.pipeline.slots import SHARD_BUCKETS, SlotPlan
 
@@ -23,20 +23,17 @@ if TYPE_CHECKING:
 
     from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.paths import OutputPath
+    from rebalancer.pipeline.sinks.outputs import SinkSection
 
 Progress = Callable[[str], None]
 # The sink's part of a pass: given the frames to write and the tables' keys, its summary section.
-SinkWrite = Callable[[dict[str, "DataFrame"], Any], "dict[str, Any] | None"]
+SinkWrite = Callable[[dict[str, "DataFrame"], dict[str, tuple[str, ...]]], "SinkSection | None"]
 
 
 @dataclass
-class InputCounts:
+class InputCounts(RowCounts):
     """The cheap first pass: reconciliation counts and per-type (and per-shard) volumes."""
 
-    ingested: int = 0
-    accepted: int = 0
-    quarantined: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
     type_counts: dict[str, int] = field(default_factory=dict)
     bucket_counts: dict[tuple[str, int], int] = field(default_factory=dict)
     hash_slots: dict[str, int] = field(default_factory=dict)
@@ -69,7 +66,6 @@ def count_input(classified: DataFrame, partitions: int) -> InputCounts:
         counts.type_counts[type_name] = counts.type_counts.get(type_name, 0) + count
         counts.bucket_counts[(type_name, int(bucket))] = count
         counts.hash_slots[type_name] = int(hash_slot)
-    counts.reasons = {reason: counts.reasons[reason] for reason in REASONS if reason in counts.reasons}
     return counts
 
 
@@ -89,8 +85,8 @@ class PassResult:
     plan: SlotPlan
     task_rows: list[int]
     task_seconds: list[float]
-    handler_sections: dict[str, dict[str, Any]]
-    sink_section: dict[str, Any] | None
+    handler_sections: dict[str, HandlerTotals]
+    sink_section: SinkSection | None
     stage_seconds: dict[str, float]
 
 

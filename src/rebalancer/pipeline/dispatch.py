@@ -72,10 +72,6 @@ def dispatch(accepted: DataFrame, partitioning: str, partitions: int, plan: Slot
     """
     from pyspark.sql import functions as F
 
-    if partitioning not in PARTITIONINGS:
-        raise ValueError(f"partitioning must be one of {', '.join(PARTITIONINGS)}, got {partitioning!r}")
-    if partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {partitions}")
     if plan is not None:
         log.info(
             "plan: %s over %d tasks, %d items (%d types split), %d moved; rows per task max %d, median %g",

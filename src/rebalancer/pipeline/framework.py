@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -243,6 +243,108 @@ def with_date(frame: DataFrame) -> tuple[DataFrame, list[str]]:
 
 
 @dataclass
+class HandlerTotals:
+    """One handler's part of a run, as summary.json's `handlers` holds it: the built-in aggregation's,
+    a user handler's (its output, split types and planned rows; its tasks' figures, or why there are
+    none), or a stream's running totals (the types it has seen). What a kind has not is left out of
+    the JSON; the skew ratios are written with the tasks' figures, even when None."""
+
+    types: int = 0
+    rows: int = 0
+    output: str | None = None
+    split_types: list[str] | None = None
+    planned_rows: list[int] | None = None
+    calls: int | None = None
+    task_rows: list[int] | None = None
+    task_seconds: list[float] | None = None
+    skew_ratio: float | None = None
+    seconds_skew_ratio: float | None = None
+    task_stats: str | None = None  # why there are no task figures (Spark Connect)
+    seen_types: list[str] | None = None
+
+    @classmethod
+    def measured(
+        cls,
+        types: int,
+        rows: int,
+        calls: int | None,
+        task_rows: list[int],
+        task_seconds: list[float],
+        output: str | None = None,
+        split_types: list[str] | None = None,
+        planned_rows: list[int] | None = None,
+    ) -> HandlerTotals:
+        """A section with its tasks' rows and seconds, and their skews."""
+        return cls(
+            types=types,
+            rows=rows,
+            output=output,
+            split_types=split_types,
+            planned_rows=planned_rows,
+            calls=calls,
+            task_rows=task_rows,
+            task_seconds=task_seconds,
+            skew_ratio=max_over_median(task_rows, SKEW_DIGITS),
+            seconds_skew_ratio=max_over_median(task_seconds, SKEW_DIGITS),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"types": self.types, "rows": self.rows}
+        for key in ("output", "split_types", "planned_rows", "calls"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.task_rows is not None:
+            data.update(
+                task_rows=self.task_rows,
+                task_seconds=self.task_seconds,
+                skew_ratio=self.skew_ratio,
+                seconds_skew_ratio=self.seconds_skew_ratio,
+            )
+        for key in ("task_stats", "seen_types"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HandlerTotals:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+@dataclass
+class RoutingTotals:
+    """summary.json's reconciliation (accepted == handled + unhandled) and its per-handler sections."""
+
+    handled: int = 0
+    unhandled: int = 0
+    unhandled_types: dict[str, int] = field(default_factory=dict)
+    handlers: dict[str, HandlerTotals] = field(default_factory=dict)
+
+    def user_handlers(self) -> dict[str, HandlerTotals]:
+        """The sections of a run with a handler map (not the built-in aggregation alone); else none."""
+        return self.handlers if set(self.handlers) - {BUILTIN} or self.unhandled else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "handled": self.handled,
+            "unhandled": self.unhandled,
+            "unhandled_types": self.unhandled_types,
+            "handlers": {name: totals.to_json() for name, totals in self.handlers.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoutingTotals:
+        """A summary.json's (any version's, or a part of one: what is missing is empty)."""
+        handlers = data.get("handlers") or {}
+        return cls(
+            handled=data.get("handled", 0),
+            unhandled=data.get("unhandled", 0),
+            unhandled_types=dict(data.get("unhandled_types") or {}),
+            handlers={name: HandlerTotals.from_json(section) for name, section in handlers.items()},
+        )
+
+
+@dataclass
 class HandlerRun:
     """One handler's part of a run: its types, rows and how its tasks went."""
 
@@ -252,27 +354,22 @@ class HandlerRun:
     output: str
     result: Any = None  # BalancedApply, for the task stats after the write
 
-    def section(self) -> dict[str, Any]:
-        section: dict[str, Any] = {
-            "types": len(self.types), "rows": self.rows, "output": shown_location(self.output)
-        }
+    def section(self) -> HandlerTotals:
+        output = shown_location(self.output)
         if self.result is None:
-            return section
+            return HandlerTotals(len(self.types), self.rows, output=output)
         plan = self.result.plan
-        section["split_types"] = sorted(str(key[0]) for key in plan.split)
-        section["planned_rows"] = plan.rows
-        if self.result.stats_available:
-            stats = self.result.task_stats()
-            section.update(
-                calls=sum(stats.calls),
-                task_rows=stats.rows,
-                task_seconds=stats.seconds,
-                skew_ratio=max_over_median(stats.rows, SKEW_DIGITS),
-                seconds_skew_ratio=max_over_median(stats.seconds, SKEW_DIGITS),
+        split_types = sorted(str(key[0]) for key in plan.split)
+        if not self.result.stats_available:
+            return HandlerTotals(
+                len(self.types), self.rows, output=output, split_types=split_types, planned_rows=plan.rows,
+                task_stats="unavailable (Spark Connect has no accumulators)",
             )
-        else:
-            section["task_stats"] = "unavailable (Spark Connect has no accumulators)"
-        return section
+        stats = self.result.task_stats()
+        return HandlerTotals.measured(
+            len(self.types), self.rows, sum(stats.calls), stats.rows, stats.seconds,
+            output=output, split_types=split_types, planned_rows=plan.rows,
+        )
 
 
 def run_handler(
@@ -344,29 +441,23 @@ class Routing:
         task_rows: list[int],
         task_seconds: list[float],
         builtin_calls: int | None,
-        sections: Mapping[str, dict[str, Any]],
-    ) -> dict[str, Any]:
+        sections: Mapping[str, HandlerTotals],
+    ) -> RoutingTotals:
         """summary.json's reconciliation (accepted == handled + unhandled) and per-handler sections."""
         unhandled_rows = sum(self.unhandled.values())
-        handlers: dict[str, dict[str, Any]] = {}
+        handlers: dict[str, HandlerTotals] = {}
         builtin_types = self.builtin_counts.type_counts
         if builtin_types:
-            handlers[BUILTIN] = {
-                "types": len(builtin_types),
-                "rows": sum(builtin_types.values()),
-                "calls": builtin_calls,
-                "task_rows": task_rows,
-                "task_seconds": task_seconds,
-                "skew_ratio": max_over_median(task_rows, SKEW_DIGITS),
-                "seconds_skew_ratio": max_over_median(task_seconds, SKEW_DIGITS),
-            }
+            handlers[BUILTIN] = HandlerTotals.measured(
+                len(builtin_types), sum(builtin_types.values()), builtin_calls, task_rows, task_seconds
+            )
         handlers.update(sections)
-        return {
-            "handled": self.counts.accepted - unhandled_rows,
-            "unhandled": unhandled_rows,
-            "unhandled_types": dict(sorted(self.unhandled.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "handlers": handlers,
-        }
+        return RoutingTotals(
+            handled=self.counts.accepted - unhandled_rows,
+            unhandled=unhandled_rows,
+            unhandled_types=dict(sorted(self.unhandled.items(), key=lambda kv: (-kv[1], kv[0]))),
+            handlers=handlers,
+        )
 
 
 def route_types(pipeline: Pipeline | None, counts: Any) -> Routing:
@@ -406,7 +497,7 @@ def run_handlers(
     step: Callable[[str], None],
     batch_id: int | None = None,
     keep: dict[str, DataFrame] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, HandlerTotals]:
     """Run and write each user handler's output to OUT/<handler>/ (a stream's to
     OUT/<handler>/batch_id=N/); their summary sections. Each handler's PlanStore (its sticky plan
     and the seconds for cost="seconds") is STORES/_plans/<handler>/ when STORES is local (a path or
@@ -422,7 +513,7 @@ def run_handlers(
 
     from rebalancer.pipeline.apply import PlanStore
 
-    sections: dict[str, dict[str, Any]] = {}
+    sections: dict[str, HandlerTotals] = {}
     if not routing.handlers:
         return sections
     rows = handler_rows(classified)

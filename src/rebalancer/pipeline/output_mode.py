@@ -27,7 +27,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rebalancer._secrets import masks_errors
 from rebalancer.pipeline._output_append import batch_source, refuse_mixed_append
@@ -61,9 +61,40 @@ from rebalancer.pipeline.paths import join
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline.runner import RunRequest
-
 OUTPUT_MODES = ("error", "overwrite", "append")
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """Where a run writes and what kind of run it is, as the output checks need it (a `RunRequest`'s
+    `dirs()`): its input (a group run's batches are numbered by it), output, report dir, a stream's
+    --checkpoint, the output mode, and the names it writes (handlers, report, compare-hash scratch)."""
+
+    input: object  # a path, a URI, a kafka:// URL or an inspected input
+    output: str | Path
+    report_dir: str | Path | None = None
+    checkpoint: str | Path | None = None  # a stream's --checkpoint as given (None: OUTPUT/_checkpoint)
+    mode: str = "error"
+    stream: bool = False
+    keyed_by_batch: bool = False
+    handlers: frozenset[str] = frozenset()
+    report: bool = True
+    compare_hash: bool = False
+
+    @property
+    def checkpoint_location(self) -> str | Path | None:
+        if not self.stream:
+            return None
+        return self.checkpoint or join(self.output, CHECKPOINT)
+
+    def dirs(self) -> RunDirs:
+        return self
+
+
+class WritesDirs(Protocol):
+    """A run's request (`RunRequest`), or its `RunDirs` themselves."""
+
+    def dirs(self) -> RunDirs: ...
 @dataclass(frozen=True)
 class RunDir:
     """A directory a run writes in, what it is to the run (output, report-dir, checkpoint: the
@@ -93,7 +124,7 @@ class RunDir:
         return "output" if "output" in self.roles else self.roles[0]
 
 
-def external_checkpoint(request: RunRequest) -> str | Path | None:
+def external_checkpoint(request: RunDirs) -> str | Path | None:
     """A stream's --checkpoint when it is not OUTPUT/_checkpoint (which is one of the output's entries)."""
     if not request.stream or request.checkpoint is None:
         return None
@@ -102,9 +133,9 @@ def external_checkpoint(request: RunRequest) -> str | Path | None:
     return request.checkpoint
 
 
-def run_dirs(request: RunRequest) -> list[RunDir]:
+def run_dirs(request: RunDirs) -> list[RunDir]:
     """The directories `request` writes in, each once (a --report-dir that is the output is the output)."""
-    handlers = frozenset(h.name for h in request.handlers.handlers) if request.handlers is not None else frozenset()
+    handlers = request.handlers
     data = {"metrics", "quarantine", *handlers}
     reports = {"summary.json", "plan.json"}
     if request.stream:
@@ -394,12 +425,13 @@ def _refuse_dir(state: DirState, mode: str) -> None:
 
 
 @masks_errors  # its messages name the directories: a URI's password shows as ***
-def check_run_outputs(request: RunRequest, spark: SparkSession | None = None) -> list[DirState | None]:
+def check_run_outputs(run: WritesDirs, spark: SparkSession | None = None) -> list[DirState | None]:
     """The output mode's refusals for every directory `request` writes in, before anything of this run
     is written there or replaced; returns what was found (None for a remote directory without `spark`).
 
     What a killed run left (its staging, a half swap; its pid dead on this host) is this pipeline's
     own writing, and is put right first, in every mode: an error-mode run that refuses left it behind."""
+    request = run.dirs()
     dirs = run_dirs(request)
     refuse_nesting(dirs)
     refuse_inside_a_run(dirs)

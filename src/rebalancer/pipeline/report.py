@@ -12,6 +12,8 @@ from rebalancer.pipeline.paths import OutputPath
 from rebalancer.pipeline.slots import SlotPlan
 
 if TYPE_CHECKING:
+    from rebalancer.pipeline.framework import HandlerTotals
+    from rebalancer.pipeline.plan_from import PreviousRun
     from rebalancer.pipeline.run_summary import RunSummary
 
 
@@ -33,9 +35,9 @@ WALL_LABEL = "wall of dispatch, hash vs plan"
 SAVED_PCT = 10.0  # a saving below this is within a 2-core machine's run-to-run noise
 
 
-def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
+def wall_phrases(summary: RunSummary) -> list[str] | None:
     """--compare-hash's walls: Spark's hash, the plan, and what the plan saved (or lost)."""
-    walls = summary.get("compare_hash")
+    walls = summary.compare_hash
     if not walls:
         return None
     saved = walls["saved_s"]
@@ -47,19 +49,21 @@ def wall_phrases(summary: dict[str, Any]) -> list[str] | None:
     ]
 
 
-def wall_line(summary: dict[str, Any]) -> str | None:
+def wall_line(summary: RunSummary) -> str | None:
     phrases = wall_phrases(summary)
     return None if phrases is None else " ".join(phrases)
 
 
-def wall_note(summary: dict[str, Any]) -> str | None:
+def wall_note(summary: RunSummary) -> str | None:
     """Why the plan saved no time, when the cause is the machine: a run's wall is at least its largest
     task or its rows over its cores, whichever is larger, so evening the tasks shortens it only where
     a hash task holds more than one core's share of the rows. Said only when that is this run's case
     and the plan saved less than SAVED_PCT (a larger saving came from elsewhere: the plan's one
     vectorised call per task against hash's one call per type)."""
-    walls = summary.get("compare_hash") or {}
-    cores, share, saved = walls.get("cores"), walls.get("hash_largest_share"), walls.get("saved_pct")
+    walls = summary.compare_hash
+    if walls is None:
+        return None
+    cores, share, saved = walls.get("cores"), walls.get("hash_largest_share"), walls["saved_pct"]
     if not cores or share is None or share > 1 / cores or (saved is not None and saved >= SAVED_PCT):
         return None
     needed = math.floor(1 / share) + 1 if share > 0 else None
@@ -71,9 +75,10 @@ def wall_note(summary: dict[str, Any]) -> str | None:
     )
 
 
-def uneven_seconds_note(summary: dict[str, Any]) -> str | None:
+def uneven_seconds_note(summary: RunSummary) -> str | None:
     """Why even rows may not give even seconds, said only when this run shows it."""
-    rows, seconds = summary.get("skew_ratio"), summary.get("seconds_skew_ratio")
+    rows = summary.skew_ratio
+    seconds = summary.batch.seconds_skew_ratio if summary.batch is not None else None
     if rows is None or seconds is None or rows > EVEN_ROWS or seconds < UNEVEN_SECONDS:
         return None
     return (
@@ -154,28 +159,29 @@ def _share(count: int, total: int) -> str:
     return ">99%" if percent >= 100 else "<1%" if percent <= 0 and count else f"{percent}%"
 
 
-def no_rows_accepted(summary: dict[str, Any]) -> str | None:
+def no_rows_accepted(summary: RunSummary) -> str | None:
     """What a run that accepted no row must say, in one sentence, or None if it accepted some:
     "0 of 100 rows accepted; every row was quarantined: value_not_numeric 100%". Its metrics,
     plan and charts are empty, and exit 0 alone would not tell the wrong input from a right one."""
-    if summary.get("accepted", 0) > 0:
+    if summary.accepted > 0:
         return None
-    ingested = int(summary.get("ingested", 0))
+    ingested = summary.ingested
     if ingested == 0:
         return "0 rows accepted: the input has no rows"
-    reasons = sorted(summary.get("quarantine_reasons", {}).items(), key=lambda item: (-item[1], item[0]))
+    reasons = sorted(summary.counts.reasons.items(), key=lambda item: (-item[1], item[0]))
     shares = ", ".join(f"{reason} {_share(count, ingested)}" for reason, count in reasons)
     return f"0 of {ingested:,} rows accepted; every row was quarantined: {shares}"
 
 
-def render_report(summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] | None) -> str:
-    """The page for `summary`; `previous` is the last run's summary.json as read (any version's,
-    so a dict), for its seconds per task."""
-    details = summary.details  # what a batch run adds to the fields: hash placement, top types, handlers
+def render_report(summary: RunSummary, plan: SlotPlan, previous: PreviousRun | None) -> str:
+    """The page for a batch run's `summary`; `previous` is the last run's seconds per task, if known."""
+    from rebalancer.pipeline.run_summary import BatchFigures
+
+    figures_of = summary.batch or BatchFigures()  # what a batch run adds: hash placement, top types
     after_label = f"{summary.partitioning} (this run)"
-    hash_skew = format_skew(details.get("hash_skew_ratio"))
+    hash_skew = format_skew(figures_of.hash_skew_ratio)
     our_skew = format_skew(summary.skew_ratio)
-    empty = no_rows_accepted(details)
+    empty = no_rows_accepted(summary)
     # No accepted row: no task got any, and every chart would be an empty frame (axes "0, 0, -0").
     charts = [] if empty is not None else _charts(summary, previous, after_label, hash_skew, our_skew)
     rows = [
@@ -186,12 +192,12 @@ def render_report(summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] 
             "ingested / accepted / quarantined",
             f"{summary.ingested:,} / {summary.accepted:,} / {summary.quarantined:,}",
         ),
-        ("types (sharded)", f"{summary.types:,} ({', '.join(details['sharded_types']) or 'none'})"),
+        ("types (sharded)", f"{summary.types:,} ({', '.join(figures_of.sharded_types) or 'none'})"),
         ("skew, max/median task rows", f"{our_skew} this run, {hash_skew} with Spark's hash placement"),
         ("elapsed", f"{summary.elapsed_s:.1f} s (reading to metrics written)"),
-        *([(WALL_LABEL, walls)] if (walls := wall_line(details)) else []),
+        *([(WALL_LABEL, walls)] if (walls := wall_line(summary)) else []),
         ("plan", _plan_line(plan)),
-        ("rebalancer version, finished at", f"{details.get('version')}, {details.get('finished_at')}"),
+        ("rebalancer version, finished at", f"{figures_of.version}, {figures_of.finished_at}"),
     ]
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     figures = "".join(
@@ -199,7 +205,7 @@ def render_report(summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] 
         for title, data in charts
     )
     intro = _intro(summary) if empty is None else _empty_intro(empty)
-    notes = [uneven_seconds_note(details), wall_note(details)] if empty is None else []
+    notes = [uneven_seconds_note(summary), wall_note(summary)] if empty is None else []
     for note in notes:
         if note:
             intro += " " + note
@@ -208,7 +214,7 @@ def render_report(summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] 
         "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
         "th{text-align:left;padding-right:1em}img{max-width:100%}</style></head><body>"
         f"<h1>rebalancer pipeline report</h1><p>{html.escape(intro)}</p>"
-        f"<table>{table}</table>{_handler_table(details)}{figures}</body></html>\n"
+        f"<table>{table}</table>{_handler_table(summary)}{figures}</body></html>\n"
     )
 
 
@@ -220,16 +226,19 @@ def _empty_intro(empty: str) -> str:
 
 
 def _charts(
-    summary: RunSummary, previous: dict[str, Any] | None, after_label: str, hash_skew: str, our_skew: str
+    summary: RunSummary, previous: PreviousRun | None, after_label: str, hash_skew: str, our_skew: str
 ) -> list[tuple[str, str]]:
     """The report's charts, (title, base64 PNG) each."""
+    from rebalancer.pipeline.run_summary import BatchFigures
+
+    batch = summary.batch or BatchFigures()
     charts: list[tuple[str, str]] = []
     charts.append(
         (
             f"Rows per task: Spark's hash placement (skew {hash_skew}) vs this run (skew {our_skew})",
             _bars(
                 [
-                    (f"Spark's hash placement, skew {hash_skew}", summary.details["hash_load"]),
+                    (f"Spark's hash placement, skew {hash_skew}", list(batch.hash_load)),
                     (f"{after_label}, skew {our_skew}", list(summary.task_rows)),
                 ],
                 "Rows per task (skew = largest task's rows / median task's rows)",
@@ -238,14 +247,14 @@ def _charts(
         )
     )
     seconds: list[tuple[str, list[float]]] = []
-    if previous and len(previous.get("task_seconds", [])) == len(summary.task_seconds):
-        seconds.append((f"{previous.get('partitioning')} (previous run)", previous["task_seconds"]))
+    if previous and len(previous.task_seconds) == len(summary.task_seconds):
+        seconds.append((f"{previous.partitioning} (previous run)", previous.task_seconds))
     seconds.append((after_label, summary.task_seconds))
     charts.append(("Seconds per task", _bars(seconds, "Seconds each task spent in the handlers", "seconds")))
-    handler_chart = _handler_seconds(summary.details)
+    handler_chart = _handler_seconds(summary)
     if handler_chart is not None:
         charts.append(handler_chart)
-    top = summary.details["top_types"]
+    top = batch.top_types
     charts.append(
         ("The hottest types", _hbars(list(top), list(top.values()), "Rows of the hottest types", "rows"))
     )
@@ -267,14 +276,8 @@ def _charts(
     return charts
 
 
-def _user_handlers(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The per-handler sections, when the run had a handler map (not the built-in aggregation alone)."""
-    handlers = summary.get("handlers", {})
-    return handlers if set(handlers) - {"metrics"} or summary.get("unhandled") else {}
-
-
-def _handler_table(summary: dict[str, Any]) -> str:
-    handlers = _user_handlers(summary)
+def _handler_table(summary: RunSummary) -> str:
+    handlers = summary.routing.user_handlers()
     if not handlers:
         return ""
     head = "".join(
@@ -285,16 +288,16 @@ def _handler_table(summary: dict[str, Any]) -> str:
     for name, section in handlers.items():
         cells = [
             name,
-            f"{section['types']:,}",
-            f"{section['rows']:,}",
-            "" if section.get("calls") is None else f"{section['calls']:,}",
-            ", ".join(section.get("split_types", [])) or "none",
-            format_skew(section.get("seconds_skew_ratio"), SECONDS_NONE),
+            f"{section.types:,}",
+            f"{section.rows:,}",
+            "" if section.calls is None else f"{section.calls:,}",
+            ", ".join(section.split_types or []) or "none",
+            format_skew(section.seconds_skew_ratio, SECONDS_NONE),
         ]
         body += "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
-    unhandled = summary.get("unhandled", 0)
+    unhandled = summary.routing.unhandled
     note = (
-        f"<p>{unhandled:,} accepted rows of {len(summary.get('unhandled_types', {})):,} types matched no handler "
+        f"<p>{unhandled:,} accepted rows of {len(summary.routing.unhandled_types):,} types matched no handler "
         "and no default: counted as unhandled (summary.json lists them by type).</p>"
         if unhandled
         else "<p>Every accepted row went to a handler.</p>"
@@ -302,12 +305,13 @@ def _handler_table(summary: dict[str, Any]) -> str:
     return f"<h2>Handlers</h2><table><tr>{head}</tr>{body}</table>{note}"
 
 
-def _handler_seconds(summary: dict[str, Any]) -> tuple[str, str] | None:
+def _handler_seconds(summary: RunSummary) -> tuple[str, str] | None:
     series: list[tuple[str, list[float]]] = []
-    for name, section in _user_handlers(summary).items():
-        if section.get("task_seconds"):
-            skew = format_skew(section.get("seconds_skew_ratio"), SECONDS_NONE)
-            series.append((f"{name}, skew {skew}", section["task_seconds"]))
+    sections: dict[str, HandlerTotals] = summary.routing.user_handlers()
+    for name, section in sections.items():
+        if section.task_seconds:
+            skew = format_skew(section.seconds_skew_ratio, SECONDS_NONE)
+            series.append((f"{name}, skew {skew}", section.task_seconds))
     if not series:
         return None
     return (
@@ -331,9 +335,7 @@ def _plan_line(plan: SlotPlan) -> str:
     return line + (f" (moves skipped: {plan.skipped})" if plan.skipped else "")
 
 
-def write_report(
-    path: OutputPath, summary: RunSummary, plan: SlotPlan, previous: dict[str, Any] | None
-) -> None:
+def write_report(path: OutputPath, summary: RunSummary, plan: SlotPlan, previous: PreviousRun | None) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(render_report(summary, plan, previous))
     tmp.replace(path)

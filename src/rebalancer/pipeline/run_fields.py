@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rebalancer._numbers import is_int, is_number, parse_float, parse_int, shown
 from rebalancer._secrets import shown_location
-from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX, check_int
+from rebalancer.pipeline._checks import COUNT_MAX, SECONDS_MAX, check_int, check_partitions
 from rebalancer.pipeline.apply._items import COSTS
 from rebalancer.pipeline.contract import FORMATS, Input, column_mapping
 from rebalancer.pipeline.dispatch import PARTITIONINGS
@@ -105,6 +105,16 @@ class Integer:
     def check(self, label: str, value: object) -> None:
         if not (self.optional and value is None):
             check_int(value, label, self.minimum, self.maximum)
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """A task count (`check_partitions`, the one check `balanced_apply` makes too); None: the
+    session's default parallelism."""
+
+    def check(self, label: str, value: object) -> None:
+        if value is not None:
+            check_partitions(value, label)
 
 
 @dataclass(frozen=True)
@@ -248,7 +258,7 @@ SETTINGS: dict[str, Setting] = {
     for s in (
         Setting("input", Location(inspected=True), ("--input",), text=_location_text),
         Setting("output", Location(), ("--out", "--output"), text=_location_text),
-        Setting("partitions", Integer(1, PARTITIONS_MAX, optional=True), ("--partitions",), metavar="N"),
+        Setting("partitions", Partitions(), ("--partitions",), metavar="N"),
         Setting("partitioning", OneOf(PARTITIONINGS), ("--partitioning",), text=str),
         Setting(
             "handlers",
@@ -296,7 +306,7 @@ def plain_number(value: object) -> object:
 
 def numeric_fields() -> tuple[str, ...]:
     """The fields holding a number (their rule is Integer or Number)."""
-    return tuple(name for name, s in SETTINGS.items() if isinstance(s.rule, Integer | Number))
+    return tuple(name for name, s in SETTINGS.items() if isinstance(s.rule, Integer | Number | Partitions))
 
 
 def check_settings(request: Request, defaults: Mapping[str, object]) -> None:

@@ -21,7 +21,7 @@ from rebalancer.pipeline._stream_query import (
     _QueryWaiter,
     stopped_after_batches,
 )
-from rebalancer.pipeline._stream_run import run_stream, stream_reader, write_stream_summary
+from rebalancer.pipeline._stream_run import drive_stream, run_stream, stream_reader, stream_summary
 from rebalancer.pipeline._stream_state import (
     PROGRESS_KEPT,
     STATE_VERSION,
@@ -31,7 +31,6 @@ from rebalancer.pipeline._stream_state import (
     StreamConfig,
     StreamData,
     StreamState,
-    StreamTotals,
     _empty_state,
     add_routing,
 )
@@ -48,12 +47,12 @@ __all__ = [
     "StreamConfig",
     "StreamData",
     "StreamState",
-    "StreamTotals",
     "_QueryWaiter",
     "_empty_state",
     "add_routing",
+    "drive_stream",
     "run_stream",
     "stopped_after_batches",
     "stream_reader",
-    "write_stream_summary",
+    "stream_summary",
 ]

@@ -8,11 +8,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import shown_location
 from rebalancer.pipeline._output_manifest import REPORT_FILES
 from rebalancer.pipeline.paths import join, local_path
+
+if TYPE_CHECKING:
+    from rebalancer.pipeline.run_summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +77,15 @@ def _stage_lines(console: Any, clock: Callable[[], float]) -> Iterator[Callable[
     finish()  # not after a failure: its one error line says what went wrong
 
 
-def written(
-    summary: dict[str, Any], names: tuple[str, ...], report_dir: str | Path | None, report: bool
-) -> list[str]:
+def written(summary: RunSummary, names: tuple[str, ...], report_dir: str | Path | None, report: bool) -> list[str]:
     """The outputs among `names`, as the user would open them. A remote output is listed, not looked
     at: the session that could reach it has stopped."""
     found = []
     for name in names:
         in_reports = name in REPORT_FILES
-        if in_reports and name == "report.html" and (not report or "batches" in summary):
+        if in_reports and name == "report.html" and (not report or summary.stream is not None):
             continue  # --no-report, or a stream (it writes no report)
-        base: str | Path = report_dir if report_dir is not None and in_reports else summary["output"]
+        base: str | Path = report_dir if report_dir is not None and in_reports else summary.output
         shown = shown_location(join(base, name))  # a URI's password as ***
         local = local_path(base)
         if local is None:
@@ -113,7 +114,7 @@ def _listed(items: list[str]) -> list[str]:
 
 
 def print_summary(
-    console: Any, summary: dict[str, Any], report_dir: str | Path | None = None, report: bool = True
+    console: Any, summary: RunSummary, report_dir: str | Path | None = None, report: bool = True
 ) -> None:
     """This run against Spark's hash placement, the files written, and where the report is.
 
@@ -123,37 +124,39 @@ def print_summary(
 
     from rebalancer.pipeline.report import WALL_LABEL, format_skew, wall_note, wall_phrases
 
-    quarantined = [f"{summary['quarantined']:,}"]
-    if summary["quarantined"]:
-        reasons = _listed([f"{k} {v:,}" for k, v in summary["quarantine_reasons"].items()])
+    quarantined = [f"{summary.quarantined:,}"]
+    if summary.quarantined:
+        reasons = _listed([f"{k} {v:,}" for k, v in summary.quarantine_reasons.items()])
         quarantined += [f" ({reasons[0]}", *reasons[1:]]
         quarantined[-1] += ")"
     rows: list[tuple[str, str | list[list[str]]]] = [
-        ("input", summary["input"]),
-        ("partitioning", f"{summary['partitioning']} over {summary['partitions']} tasks"),
-        ("rows ingested", f"{summary['ingested']:,}"),
-        ("accepted", f"{summary['accepted']:,}"),
+        ("input", summary.input),
+        ("partitioning", f"{summary.partitioning} over {summary.partitions} tasks"),
+        ("rows ingested", f"{summary.ingested:,}"),
+        ("accepted", f"{summary.accepted:,}"),
         ("quarantined", [quarantined]),
-        ("types", str(summary["types"])),
+        ("types", str(summary.types)),
     ]
-    if "batches" in summary:
-        rows.insert(2, ("micro-batches", str(summary["batches"])))
-    if summary.get("hash_load"):
-        ours = f"this run ({summary['partitioning']})"
+    if summary.stream is not None:
+        rows.insert(2, ("micro-batches", str(summary.stream.batches)))
+    batch = summary.batch
+    if batch is not None and batch.hash_load:
+        ours = f"this run ({summary.partitioning})"
         rows += [
             (
                 "skew, max/median task rows",
-                [[f"{format_skew(summary['skew_ratio'])} {ours},", f"{format_skew(summary['hash_skew_ratio'])} with Spark's hash"]],
+                [[f"{format_skew(summary.skew_ratio)} {ours},", f"{format_skew(batch.hash_skew_ratio)} with Spark's hash"]],
             ),
             (
                 "largest task, rows",
-                [[f"{max(summary['planned_load']):,} planned,", f"{max(summary['hash_load']):,} with Spark's hash"]],
+                [[f"{max(batch.planned_load):,} planned,", f"{max(batch.hash_load):,} with Spark's hash"]],
             ),
         ]
     else:
-        rows.append(("skew, max/median task rows", format_skew(summary.get("skew_ratio"))))
-    elapsed = [f"{summary['elapsed_s']:.1f} s"]
-    stages = _listed([f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in summary.get("stage_seconds", {}).items()])
+        rows.append(("skew, max/median task rows", format_skew(summary.skew_ratio)))
+    elapsed = [f"{summary.elapsed_s:.1f} s"]
+    stage_seconds = batch.stage_seconds if batch is not None else {}
+    stages = _listed([f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in stage_seconds.items()])
     if stages:
         elapsed += [f" ({stages[0]}", *stages[1:]]
         elapsed[-1] += ")"
@@ -166,7 +169,7 @@ def print_summary(
         rows.append(("handlers", [_listed(line.split(", ")) for line in lines]))
     names = (
         "metrics",
-        *[h for h in summary.get("handlers", {}) if h != "metrics"],
+        *[h for h in summary.routing.handlers if h != "metrics"],
         "quarantine",
         "summary.json",
         "plan.json",
@@ -174,10 +177,10 @@ def print_summary(
     )
     files = written(summary, names, report_dir, report)
     rows.append(("files written", "\n".join(files)))
-    if summary.get("sink"):
+    if summary.sink:
         from rebalancer.pipeline.sinks.outputs import describe
 
-        rows.append(("database", describe(summary["sink"])))
+        rows.append(("database", describe(summary.sink)))
     label = max(len(what) for what, _ in rows)
     width = max(console.width - label - 7, 20)  # 7: the borders and padding of two columns
     table = Table(title="rebalancer pipeline", show_header=False)
@@ -194,23 +197,22 @@ def print_summary(
         console.print(f"report: {page}  (open it in a browser)", highlight=False)
 
 
-def handler_lines(summary: dict[str, Any]) -> list[str]:
+def handler_lines(summary: RunSummary) -> list[str]:
     """One line per handler (types, rows, calls, task-seconds skew) and the unhandled rows, if any."""
     from rebalancer.pipeline.report import SECONDS_NONE, format_skew
 
-    handlers = summary.get("handlers", {})
-    if set(handlers) <= {"metrics"} and not summary.get("unhandled"):
+    routing = summary.routing
+    if set(routing.handlers) <= {"metrics"} and not routing.unhandled:
         return []
     lines = []
-    for name, section in handlers.items():
-        calls = section.get("calls")
-        line = f"{name}: {section['types']} types, {section['rows']:,} rows"
-        if calls is not None:
-            line += f", {calls:,} calls"
-        if "seconds_skew_ratio" in section:
-            skew = format_skew(section["seconds_skew_ratio"], SECONDS_NONE)
+    for name, section in routing.handlers.items():
+        line = f"{name}: {section.types} types, {section.rows:,} rows"
+        if section.calls is not None:
+            line += f", {section.calls:,} calls"
+        if section.task_rows is not None or section.seconds_skew_ratio is not None:
+            skew = format_skew(section.seconds_skew_ratio, SECONDS_NONE)
             line += f", skew {skew} (max/median task seconds)"
         lines.append(line)
-    if summary.get("unhandled"):
-        lines.append(f"unhandled: {summary['unhandled']:,} rows of {len(summary['unhandled_types'])} types")
+    if routing.unhandled:
+        lines.append(f"unhandled: {routing.unhandled:,} rows of {len(routing.unhandled_types)} types")
     return lines

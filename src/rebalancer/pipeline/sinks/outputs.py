@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from rebalancer.pipeline.sinks.postgres import DEFAULT_SCHEMA, Output, PostgresSink, TableWrite
 
@@ -29,6 +29,27 @@ METRICS_KEY = ("type", "entity", "minute")
 QUARANTINE_KEY = ("row_key",)
 BATCH_ID = "batch_id"
 OUTPUT_KEYS = {METRICS_TABLE: METRICS_KEY, QUARANTINE_TABLE: QUARANTINE_KEY}
+
+
+class TableTotals(TypedDict):
+    """One table's rows written: upserted, changed, by direct COPY, refused."""
+
+    rows: int
+    changed: int
+    direct: int
+    refused: int
+
+
+class SinkSection(TypedDict):
+    """summary.json's `sink` (and a stream state's): where the tables are, what each got, how long it
+    took; a stream's counts its batches too."""
+
+    url: str
+    schema: str
+    tables: dict[str, TableTotals]
+    seconds: float
+    batches: NotRequired[int]
+    skipped_batches: NotRequired[int]
 
 
 def open_sink(url: str | None, schema: str = DEFAULT_SCHEMA) -> PostgresSink | None:
@@ -105,17 +126,18 @@ def prepare_sink(
     sink.prepare(sink_outputs(outputs, batch_id=0 if stream else None, keys=keys))
 
 
-def _section(sink: PostgresSink) -> dict[str, Any]:
+def _section(sink: PostgresSink) -> SinkSection:
     return {"url": sink.display_url, "schema": sink.schema, "tables": {}, "seconds": 0.0}
 
 
-def _add(section: dict[str, Any], writes: list[TableWrite], seconds: float) -> None:
+def _add(section: SinkSection, writes: list[TableWrite], seconds: float) -> None:
     for write in writes:
-        table = section["tables"].setdefault(write.table, {})
+        table = section["tables"].setdefault(write.table, {})  # type: ignore[typeddict-item]
         # .get: a stream's totals may come from a state saved before a count was added
-        for name, value in (("rows", write.rows), ("changed", write.changed), ("direct", write.direct),
-                            ("refused", write.refused)):
-            table[name] = table.get(name, 0) + value
+        table["rows"] = table.get("rows", 0) + write.rows
+        table["changed"] = table.get("changed", 0) + write.changed
+        table["direct"] = table.get("direct", 0) + write.direct
+        table["refused"] = table.get("refused", 0) + write.refused
     section["seconds"] = round(section["seconds"] + seconds, 3)
 
 
@@ -124,7 +146,7 @@ def write_outputs(
     outputs: Mapping[str, DataFrame],
     keys: Mapping[str, tuple[str, ...]] | None = None,
     batch_id: int | None = None,
-) -> dict[str, Any]:
+) -> SinkSection:
     """Batch run: upsert every output; returns summary.json's `sink` section.
 
     `batch_id` (a run of a Kafka input with a consumer group) keys the rows by batch, as a stream's
@@ -157,7 +179,7 @@ def write_stream_outputs(
     outputs: Mapping[str, DataFrame],
     checkpoint: str | OutputPath,
     batch_id: int,
-    totals: dict[str, Any],
+    totals: SinkSection,
     keys: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """One micro-batch, exactly once: its tables and its `rebalancer_batches` row commit together.
@@ -170,13 +192,14 @@ def write_stream_outputs(
         sink_outputs(outputs, batch_id, keys), query=stream_query_id(checkpoint), batch_id=batch_id
     )
     if not totals:
-        totals.update(_section(sink), batches=0, skipped_batches=0)
+        totals.update(_section(sink))
+        totals.update(batches=0, skipped_batches=0)
     _add(totals, writes, time.perf_counter() - started)
-    totals["batches"] += 1
-    totals["skipped_batches"] += int(all(w.skipped for w in writes))
+    totals["batches"] = totals.get("batches", 0) + 1
+    totals["skipped_batches"] = totals.get("skipped_batches", 0) + int(all(w.skipped for w in writes))
 
 
-def describe(section: dict[str, Any]) -> str:
+def describe(section: SinkSection) -> str:
     """The terminal table's `sink` cell."""
     tables = ", ".join(f"{name} {counts['rows']:,}" for name, counts in section["tables"].items())
     return (
