@@ -23,10 +23,9 @@ from rebalancer.pipeline._stream_query import (
 )
 from rebalancer.pipeline._stream_state import BatchProgress, StreamConfig, StreamData, StreamState
 from rebalancer.pipeline.contract import SKEW_DIGITS
-from rebalancer.pipeline.framework import RoutingTotals
 from rebalancer.pipeline.ingest import input_name, read_stream
 from rebalancer.pipeline.resolved import ResolvedRun, RunHooks, RunRequest, StreamSettings, resolve_run
-from rebalancer.pipeline.run_summary import RunSummary, StreamFigures
+from rebalancer.pipeline.run_summary import RunSummary, StreamFigures, routing_from_json
 from rebalancer.pipeline.session import is_connect, pipeline_conf
 from rebalancer.pipeline.summary_files import summarise_and_write
 
@@ -253,7 +252,7 @@ def stream_summary(run: ResolvedRun, data: StreamData, elapsed: float, interrupt
         task_rows=data.task_rows,
         task_seconds=data.task_seconds,
         skew_ratio=max_over_median(data.task_rows, SKEW_DIGITS),
-        routing=RoutingTotals.from_json(
+        routing=routing_from_json(
             {
                 "handled": totals.accepted - sum(unhandled.values()),
                 "unhandled": sum(unhandled.values()),

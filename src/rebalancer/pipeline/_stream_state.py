@@ -37,12 +37,13 @@ class StreamConfig:
 
     def validate(self) -> None:
         """Counts are ints: a rebalance_every of nan or 1.5 was taken, and never re-planned. Each is
-        checked by its rule in `run_fields.SETTINGS` (the one check of `RunRequest`'s field, named
-        here by this class's field), and stored as a plain int (numpy's ints are ints too)."""
+        checked by its `RunRequest` field's rule (`run_fields.SETTINGS`; partitions, which a stream
+        cannot leave to the session, by `check_partitions`), named by this class's field, and stored
+        as a plain int (numpy's ints are ints too)."""
         from rebalancer.pipeline.run_fields import SETTINGS, plain_number
 
-        check_partitions(self.partitions)  # not optional here: a stream's state is made for its count
-        for name in ("partitions", "partitioning", "rebalance_every", "max_batches", "files_per_batch", "max_moves"):
+        object.__setattr__(self, "partitions", check_partitions(self.partitions))
+        for name in ("partitioning", "rebalance_every", "max_batches", "files_per_batch", "max_moves"):
             value = getattr(self, name)
             SETTINGS[name].rule.check(name, value)
             object.__setattr__(self, name, plain_number(value))  # equal to what was there: a plain int

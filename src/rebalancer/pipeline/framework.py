@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,8 +246,8 @@ def with_date(frame: DataFrame) -> tuple[DataFrame, list[str]]:
 class HandlerTotals:
     """One handler's part of a run, as summary.json's `handlers` holds it: the built-in aggregation's,
     a user handler's (its output, split types and planned rows; its tasks' figures, or why there are
-    none), or a stream's running totals (the types it has seen). What a kind has not is left out of
-    the JSON; the skew ratios are written with the tasks' figures, even when None."""
+    none), or a stream's running totals (the types it has seen). What a kind has not is None, and
+    left out of summary.json (`run_summary.handler_json`)."""
 
     types: int = 0
     rows: int = 0
@@ -264,51 +264,12 @@ class HandlerTotals:
 
     @classmethod
     def measured(
-        cls,
-        types: int,
-        rows: int,
-        calls: int | None,
-        task_rows: list[int],
-        task_seconds: list[float],
-        output: str | None = None,
-        split_types: list[str] | None = None,
-        planned_rows: list[int] | None = None,
+        cls, types: int, rows: int, calls: int | None, task_rows: list[int], task_seconds: list[float],
+        output: str | None = None, split_types: list[str] | None = None, planned_rows: list[int] | None = None,
     ) -> HandlerTotals:
         """A section with its tasks' rows and seconds, and their skews."""
-        return cls(
-            types=types,
-            rows=rows,
-            output=output,
-            split_types=split_types,
-            planned_rows=planned_rows,
-            calls=calls,
-            task_rows=task_rows,
-            task_seconds=task_seconds,
-            skew_ratio=max_over_median(task_rows, SKEW_DIGITS),
-            seconds_skew_ratio=max_over_median(task_seconds, SKEW_DIGITS),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"types": self.types, "rows": self.rows}
-        for key in ("output", "split_types", "planned_rows", "calls"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        if self.task_rows is not None:
-            data.update(
-                task_rows=self.task_rows,
-                task_seconds=self.task_seconds,
-                skew_ratio=self.skew_ratio,
-                seconds_skew_ratio=self.seconds_skew_ratio,
-            )
-        for key in ("task_stats", "seen_types"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> HandlerTotals:
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
+        skews = max_over_median(task_rows, SKEW_DIGITS), max_over_median(task_seconds, SKEW_DIGITS)
+        return cls(types, rows, output, split_types, planned_rows, calls, task_rows, task_seconds, *skews)
 
 
 @dataclass
@@ -323,25 +284,6 @@ class RoutingTotals:
     def user_handlers(self) -> dict[str, HandlerTotals]:
         """The sections of a run with a handler map (not the built-in aggregation alone); else none."""
         return self.handlers if set(self.handlers) - {BUILTIN} or self.unhandled else {}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "handled": self.handled,
-            "unhandled": self.unhandled,
-            "unhandled_types": self.unhandled_types,
-            "handlers": {name: totals.to_json() for name, totals in self.handlers.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RoutingTotals:
-        """A summary.json's (any version's, or a part of one: what is missing is empty)."""
-        handlers = data.get("handlers") or {}
-        return cls(
-            handled=data.get("handled", 0),
-            unhandled=data.get("unhandled", 0),
-            unhandled_types=dict(data.get("unhandled_types") or {}),
-            handlers={name: HandlerTotals.from_json(section) for name, section in handlers.items()},
-        )
 
 
 @dataclass

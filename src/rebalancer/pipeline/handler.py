@@ -151,7 +151,7 @@ def _sorted_groups(
 
 def _metrics(
     type_codes: np.ndarray, entity_codes: np.ndarray, minutes: np.ndarray, values: np.ndarray
-) -> dict[str, Any]:
+) -> dict[str, np.ndarray]:
     """The metrics of each (type, entity, minute) run after one sort; "type" and "entity" as codes."""
     if not len(values):
         return {name: np.empty(0, dtype=np.float64 if index > 3 else np.int64) for index, name in enumerate(METRIC_COLUMNS)}
@@ -164,7 +164,7 @@ def _metrics(
     counts = np.diff(np.append(starts, n))
     sums = np.add.reduceat(v_sorted, starts)
     first = rows[starts]
-    result: dict[str, Any] = {
+    result: dict[str, np.ndarray] = {
         "type": type_codes[first],
         "entity": entity_codes[first],
         "minute": minutes[first],

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from rebalancer._secrets import masked_repr, shown_location
 from rebalancer.pipeline.output_mode import RunDirs, check_run_outputs, external_checkpoint
-from rebalancer.pipeline.paths import OutputPath, is_remote, join, output_path
+from rebalancer.pipeline.paths import OutputPath, is_remote, output_path
 from rebalancer.pipeline.plan_from import ReusedPlan, load_plan
 from rebalancer.pipeline.run_fields import check_settings, numeric_fields, plain_number
 
@@ -161,9 +161,8 @@ class RunRequest:
 
     @property
     def checkpoint_location(self) -> str | Path | None:
-        if not self.stream:
-            return None
-        return self.checkpoint or join(self.output, "_checkpoint")
+        """A stream's checkpoint: --checkpoint, or OUTPUT/_checkpoint; None for a batch run."""
+        return self.dirs().checkpoint_location
 
     def dirs(self) -> RunDirs:
         """Where this run writes, as the output checks see it."""

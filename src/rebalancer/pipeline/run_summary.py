@@ -9,7 +9,7 @@ is `summary_files.summarise_and_write`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NotRequired, TypedDict
 
 from rebalancer.pipeline.contract import RowCounts
@@ -202,7 +202,7 @@ class RunSummary:
                 "task_rows": self.task_rows,
                 "task_seconds": self.task_seconds,
                 "skew_ratio": self.skew_ratio,
-                **self.routing.to_json(),
+                **routing_json(self.routing),
             }
         else:
             batch = self.batch or BatchFigures()
@@ -225,7 +225,7 @@ class RunSummary:
                 "hash_load": batch.hash_load,
                 "hash_skew_ratio": batch.hash_skew_ratio,
                 "top_types": batch.top_types,
-                **self.routing.to_json(),
+                **routing_json(self.routing),
             }
         if self.sink:
             data["sink"] = self.sink
@@ -285,9 +285,54 @@ class RunSummary:
             skew_ratio=data.get("skew_ratio"),
             elapsed_s=data.get("elapsed_s", 0.0),
             format=data.get("format"),
-            routing=RoutingTotals.from_json(data),
+            routing=routing_from_json(data),
             sink=data.get("sink"),
             batch=batch,
             stream=stream,
             read_from=dict(data),
         )
+
+
+def handler_json(totals: HandlerTotals) -> dict[str, Any]:
+    """A handler's section of summary.json: what its kind has (see `HandlerTotals`), in the order
+    always written; the skew ratios come with the tasks' figures, even when None."""
+    data: dict[str, Any] = {"types": totals.types, "rows": totals.rows}
+    for key in ("output", "split_types", "planned_rows", "calls"):
+        if getattr(totals, key) is not None:
+            data[key] = getattr(totals, key)
+    if totals.task_rows is not None:
+        data.update(
+            task_rows=totals.task_rows,
+            task_seconds=totals.task_seconds,
+            skew_ratio=totals.skew_ratio,
+            seconds_skew_ratio=totals.seconds_skew_ratio,
+        )
+    for key in ("task_stats", "seen_types"):
+        if getattr(totals, key) is not None:
+            data[key] = getattr(totals, key)
+    return data
+
+
+def routing_json(routing: RoutingTotals) -> dict[str, Any]:
+    return {
+        "handled": routing.handled,
+        "unhandled": routing.unhandled,
+        "unhandled_types": routing.unhandled_types,
+        "handlers": {name: handler_json(totals) for name, totals in routing.handlers.items()},
+    }
+
+
+def routing_from_json(data: Mapping[str, Any]) -> RoutingTotals:
+    """The routing of a summary.json, or of a stream's state (any version's, or a part of one: what
+    is missing is empty)."""
+    known = {f.name for f in fields(HandlerTotals)}
+    handlers = data.get("handlers") or {}
+    return RoutingTotals(
+        handled=data.get("handled", 0),
+        unhandled=data.get("unhandled", 0),
+        unhandled_types=dict(data.get("unhandled_types") or {}),
+        handlers={
+            name: HandlerTotals(**{key: value for key, value in section.items() if key in known})
+            for name, section in handlers.items()
+        },
+    )
