@@ -162,7 +162,8 @@ def run_batch(
         handlers=handlers,
         cost=cost,
         plan_from=None if isinstance(plan_from, ReusedPlan) else plan_from,
-        group_cost=group_cost,
+        # Hash placement ignores it; this entry always took it (a benchmark runs both with one value).
+        group_cost=group_cost if partitioning == "weighted" else 0,
         report=report,
         report_dir=report_dir,
         sink=sink,
@@ -170,7 +171,7 @@ def run_batch(
     )
     reused = plan_from if isinstance(plan_from, ReusedPlan) else None
     resolved = resolve_run(request, spark, modes=False, plan=reused, output_name=output_name)
-    resolved = replace(resolved, mode=output_mode)
+    resolved = replace(resolved, mode=output_mode, group_cost=group_cost)
     return drive_batch(resolved, RunHooks(progress=progress, publish=publish, on_group=on_group), spark)
 
 
