@@ -49,8 +49,8 @@ import pyarrow.parquet as pq
 from pipeline import PROJECTED_CORES, interleaved, list_schedule, ratio
 from rebalancer.pipeline.apply import PlanStore, balanced_apply
 from rebalancer.pipeline.clock import TaskClock, own_clock
-from rebalancer.pipeline.handler import TaskStatsParam, task_stats
-from rebalancer.pipeline.session import ARROW_BYTES_UNCAPPED, build_session
+from rebalancer.pipeline.handler.builtin import TaskStatsParam, task_stats
+from rebalancer.pipeline.session.build import ARROW_BYTES_UNCAPPED, build_session
 
 START = np.datetime64("2026-01-01T00:00:00", "us")
 TREND_SCHEMA = "key string, entity string, rows long, slope double"

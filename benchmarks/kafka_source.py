@@ -61,10 +61,12 @@ import numpy as np
 
 from rebalancer.pipeline.batch import run_batch
 from rebalancer.pipeline.generate import GenerateConfig, make_frame, write_frame
-from rebalancer.pipeline.ingest import inspect_input
-from rebalancer.pipeline.kafka.source import KafkaBatchReader, TopicView, parse_options, register_kafka_source
+from rebalancer.pipeline.ingest.inspect import inspect_input
+from rebalancer.pipeline.kafka._options import parse_options
+from rebalancer.pipeline.kafka._topic import TopicView
+from rebalancer.pipeline.kafka.datasource import KafkaBatchReader, register_kafka_source
 from rebalancer.pipeline.kafka.telemetry import KafkaInput, encode_events, produce_events
-from rebalancer.pipeline.session import build_session
+from rebalancer.pipeline.session.build import build_session
 
 MOCK_EVENTS = 600_000  # the hot partition's 240k events (about 20 bytes each with zstd) fit the mock's 5 MiB
 REAL_EVENTS = 2_000_000
@@ -106,7 +108,8 @@ def killed_stream_is_exactly_once(spark, spec: KafkaInput, events: int, accepted
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import functions as F
 
-    from rebalancer.pipeline.stream import StreamConfig, run_stream
+    from rebalancer.pipeline.stream.driver import run_stream
+    from rebalancer.pipeline.stream.state import StreamConfig
 
     out = work / "stream"
     spec = replace(spec, options={"maxOffsetsPerTrigger": str(max(1, events // 4))})
@@ -153,7 +156,7 @@ def downstream(frame) -> tuple[int, int, int, float]:
     groups' exact columns, the sum of values) for the two reads to agree on."""
     from pyspark.sql import functions as F
 
-    from rebalancer.pipeline.ingest import accepted_rows, classify
+    from rebalancer.pipeline.ingest.classify import accepted_rows, classify
     from rebalancer.pipeline.kafka.telemetry import to_telemetry
 
     metrics = (

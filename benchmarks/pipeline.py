@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rebalancer.pipeline.batch import run_batch
 from rebalancer.pipeline.generate import GenerateConfig, generate
-from rebalancer.pipeline.ingest import inspect_input
-from rebalancer.pipeline.session import build_session
+from rebalancer.pipeline.ingest.inspect import inspect_input
+from rebalancer.pipeline.session.build import build_session
 from rebalancer.pipeline.ship import shipped
 
 PROJECTED_CORES = 64

@@ -136,10 +136,11 @@ def jdbc_write(
 
 def stream_child(input_dir: Path, out: Path, kill_after: int) -> int:
     """A streaming run that dies right after batch `kill_after` commits in PostgreSQL, before Spark commits it."""
-    from rebalancer.pipeline.ingest import inspect_input
-    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.ingest.inspect import inspect_input
+    from rebalancer.pipeline.session.build import build_session
     from rebalancer.pipeline.sinks import PostgresSink
-    from rebalancer.pipeline.stream import StreamConfig, run_stream
+    from rebalancer.pipeline.stream.driver import run_stream
+    from rebalancer.pipeline.stream.state import StreamConfig
 
     original = PostgresSink.write_batch
 
@@ -162,9 +163,10 @@ def exactly_once(spark, pg, work: Path, events: int) -> tuple[bool, str]:
     import psycopg
 
     from rebalancer.pipeline.generate import GenerateConfig, generate
-    from rebalancer.pipeline.ingest import inspect_input
+    from rebalancer.pipeline.ingest.inspect import inspect_input
     from rebalancer.pipeline.sinks import PostgresSink
-    from rebalancer.pipeline.stream import StreamConfig, run_stream
+    from rebalancer.pipeline.stream.driver import run_stream
+    from rebalancer.pipeline.stream.state import StreamConfig
 
     input_dir = work / "stream-input"
     generate(GenerateConfig(events=events, files=4, entities=200, bad_rate=0.001, seed=5), input_dir)
@@ -225,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from rebalancer.pipeline.batch import run_batch
     from rebalancer.pipeline.generate import GenerateConfig, generate
-    from rebalancer.pipeline.ingest import inspect_input
-    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.ingest.inspect import inspect_input
+    from rebalancer.pipeline.session.build import build_session
     from rebalancer.pipeline.sinks import METRICS_KEY, PostgresSink
-    from rebalancer.pipeline.sinks.local import LocalPostgres
+    from rebalancer.testing.postgres import LocalPostgres
 
     work = Path(tempfile.mkdtemp(prefix="rebalancer-bench-pg-", dir="/tmp"))
     work.chmod(0o711)  # the server runs as `postgres` under root and must reach work/pg

@@ -36,7 +36,7 @@ def restore_logger_levels() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """`local[2]`, few shuffle partitions, no UI: one JVM for every Spark test."""
-    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.session.build import build_session
 
     session = build_session(master="local[2]", app_name="rebalancer-tests", shuffle_partitions=4, ui=False)
     yield session

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from rebalancer._numbers import is_int
-from rebalancer.pipeline._checks import check_int, check_partitions, check_seconds
+from rebalancer.pipeline.checks import check_int, check_partitions, check_seconds
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.runner import RunRequest
-from rebalancer.pipeline.stream import StreamConfig
+from rebalancer.pipeline.stream.state import StreamConfig
 
 NUMPY_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 # RunRequest's integer fields, with what makes them apply (a stream's only in a stream).

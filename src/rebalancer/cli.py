@@ -186,7 +186,7 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
 def configure_logging(verbose: int) -> None:
     """0: warnings; -v: our INFO (stages, plans, moves); -vv: our DEBUG and the INFO of the libraries
     (and Spark's startup output); -vvv: everything, Py4J's line-per-call DEBUG included (its string and
-    bytes arguments as ***: rebalancer.pipeline._py4j_log).
+    bytes arguments as ***: rebalancer.pipeline.session.py4j_log).
 
     aiokafka logs each failed connection at ERROR before it raises; the command reports that error
     itself in one line, so without -v aiokafka's own lines are kept off stderr."""
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A Spark failure no command turned into its own words: the cause in one line, and the
             # traceback in Spark's log when there is one, or above that line at -v. -v adds the
             # traceback and changes nothing else: the same last line, the same exit code.
-            from rebalancer.pipeline.session import spark_error_reason
+            from rebalancer.pipeline.session.build import spark_error_reason
 
             if args.verbose:
                 _print_traceback(exc)
@@ -254,7 +254,7 @@ def _print_traceback(exc: BaseException) -> None:
 def _spark_log_note(exc: BaseException | None = None) -> str:
     """" (Spark's log: PATH)" when this process started a JVM that logs to a file (a pipeline run
     without -v), else "". `exc`'s traceback is appended to that file: nothing is lost by the one line."""
-    quiet = sys.modules.get("rebalancer.pipeline.quiet")
+    quiet = sys.modules.get("rebalancer.pipeline.session.quiet")
     path = quiet.jvm_log_file() if quiet is not None else None
     if path is None:
         return ""

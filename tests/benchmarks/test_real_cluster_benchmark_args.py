@@ -74,7 +74,7 @@ def test_kafka_source_without_the_connector_says_how_to_fetch_it(kafka_source, c
 
 
 def test_both_sources_get_the_same_offsets(kafka_source):
-    from rebalancer.pipeline.kafka.source import parse_options
+    from rebalancer.pipeline.kafka._options import parse_options
 
     text = kafka_source.offsets_json("t", {1: 5, 0: 0, 10: 7})
     assert json.loads(text) == {"t": {"0": 0, "1": 5, "10": 7}}  # Spark-Kafka JSON, as Spark's connector takes it

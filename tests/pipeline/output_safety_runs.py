@@ -46,8 +46,8 @@ def tree(root: Path) -> dict[str, str]:
 
 def fake_run(request: RunRequest, tag: str, extra: Mapping[str, str] | None = None) -> None:
     """`run(request)` with the engine replaced by writing RUN_FILES (and a stream's checkpoint)."""
-    from rebalancer.pipeline import _output_swap
-    from rebalancer.pipeline.output_mode import check_run_outputs
+    import rebalancer.pipeline.outputs.swap as _output_swap
+    from rebalancer.pipeline.outputs.mode import check_run_outputs
 
     states = check_run_outputs(request, None)
     with _output_swap.run_outputs([s for s in states if s is not None], request.mode, None) as outputs:
@@ -85,7 +85,7 @@ def install_hold() -> None:
             os.read(go, 1)  # a signal's handler raising (Ctrl-C) ends the wait too
 
     try:
-        from rebalancer.pipeline import _output_swap
+        import rebalancer.pipeline.outputs.swap as _output_swap
     except ImportError:  # a rebalancer from before staging: only its stages can be held
         pass
     else:

@@ -11,9 +11,11 @@ import pytest
 from pipeline_data import EXPECTED_REASONS, read_metrics, reference_metrics
 
 from rebalancer.pipeline.batch import count_input, run_batch
-from rebalancer.pipeline.dispatch import SLOT_KEY, dispatch
-from rebalancer.pipeline.ingest import accepted_rows, classify, inspect_input, read_raw
-from rebalancer.pipeline.slots import Item, make_plan, plan_items, with_slot_key
+from rebalancer.pipeline.handler.dispatch import SLOT_KEY, dispatch
+from rebalancer.pipeline.ingest.classify import accepted_rows, classify
+from rebalancer.pipeline.ingest.files import read_raw
+from rebalancer.pipeline.ingest.inspect import inspect_input
+from rebalancer.pipeline.plan.slots import Item, make_plan, plan_items, with_slot_key
 
 pytestmark = pytest.mark.spark
 PARTITIONS = 4

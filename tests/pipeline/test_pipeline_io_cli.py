@@ -21,7 +21,7 @@ ROW = {"ts": "2026-01-01T00:00:00Z", "type": "a", "entity": "e", "value": 1.0}
 @pytest.fixture(autouse=True)
 def _no_spark_started(monkeypatch):
     """A refused run must fail before Spark: starting a session here fails the test."""
-    import rebalancer.pipeline.session as session
+    import rebalancer.pipeline.session.build as session
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("Spark was started for a run that should have been refused")

@@ -15,7 +15,7 @@ MAX_LINES = 500
 # old module -> (a private module it now re-exports from, names callers import from the old one)
 SPLIT = {
     "rebalancer.pipeline.kafka.source": (
-        "rebalancer.pipeline.kafka._datasource",
+        "rebalancer.pipeline.kafka.datasource",
         (
             "KafkaBatchReader",
             "KafkaStreamReader",
@@ -31,7 +31,7 @@ SPLIT = {
         ),
     ),
     "rebalancer.pipeline.stream": (
-        "rebalancer.pipeline._stream_run",
+        "rebalancer.pipeline.stream.driver",
         (
             "StreamConfig",
             "run_stream",
@@ -59,7 +59,7 @@ SPLIT = {
         ),
     ),
     "rebalancer.pipeline.ingest": (
-        "rebalancer.pipeline._ingest_input",
+        "rebalancer.pipeline.ingest.files",
         (
             "InputSpec",
             "inspect_input",

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from rebalancer.cli import main
 from rebalancer.pipeline.batch import run_batch
-from rebalancer.pipeline.ingest import inspect_input
+from rebalancer.pipeline.ingest.inspect import inspect_input
 from rebalancer.pipeline.terminal import stages
 
 

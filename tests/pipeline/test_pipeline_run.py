@@ -17,8 +17,8 @@ import pytest
 
 from rebalancer.pipeline import RunRequest, RunSummary, run
 from rebalancer.pipeline.apply import PlanStore, plan_keys
+from rebalancer.pipeline.plan.slots import WHOLE, Item, SlotPlan
 from rebalancer.pipeline.plan_from import load_plan
-from rebalancer.pipeline.slots import WHOLE, Item, SlotPlan
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))
 

@@ -14,7 +14,7 @@ import pytest
 from rebalancer.cli import build_parser, main
 from rebalancer.pipeline import commands
 from rebalancer.pipeline.generate import GenerateConfig
-from rebalancer.pipeline.quiet import LOG4J2_PROPERTIES, jvm_stderr_filtered, quiet_java_options
+from rebalancer.pipeline.session.quiet import LOG4J2_PROPERTIES, jvm_stderr_filtered, quiet_java_options
 
 
 @pytest.mark.spark

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from rebalancer.pipeline.batch import wall_comparison
-from rebalancer.pipeline.run_summary import RunSummary
+from rebalancer.pipeline.outputs.summary import RunSummary
 from rebalancer.pipeline.terminal import fit, print_summary
 
 

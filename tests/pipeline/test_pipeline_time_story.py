@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+import rebalancer.pipeline.outputs.report as report
 from rebalancer.cli import main
-from rebalancer.pipeline import report
 from rebalancer.pipeline.batch import pass_wall, wall_comparison
+from rebalancer.pipeline.plan.slots import SlotPlan
 from rebalancer.pipeline.runner import RunRequest, RunSummary
-from rebalancer.pipeline.slots import SlotPlan
 from rebalancer.pipeline.terminal import print_summary
 
 

@@ -222,7 +222,7 @@ def test_the_cli_shows_no_secret_on_failure(kafka_mock_cluster, telemetry_topic,
 
 
 def test_a_spark_error_reason_masks_a_uri_it_quotes() -> None:
-    from rebalancer.pipeline.session import spark_error_reason
+    from rebalancer.pipeline.session.build import spark_error_reason
 
     error = RuntimeError("[PATH_NOT_FOUND] Path does not exist: ftp://u:Zq16Leak@h/in. SQLSTATE: 42K03")
     assert spark_error_reason(error) == "[PATH_NOT_FOUND] Path does not exist: ftp://***@h/in."

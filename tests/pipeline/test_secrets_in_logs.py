@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rebalancer.pipeline import _output_recover, _output_swap
+import rebalancer.pipeline.outputs.recover as _output_recover
+import rebalancer.pipeline.outputs.swap as _output_swap
 
 SECRET = "Zq41Leak"
 LOCATION = f"ftp://u:{SECRET}@h/o"

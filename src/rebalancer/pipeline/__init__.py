@@ -14,9 +14,9 @@ require_extra("rebalancer.pipeline", "spark")
 
 if TYPE_CHECKING:
     from rebalancer.pipeline.apply import ApplyPlan, BalancedApply, PlanStore, TaskStats, balanced_apply
-    from rebalancer.pipeline.framework import Pipeline
+    from rebalancer.pipeline.outputs.summary import RunSummary
     from rebalancer.pipeline.resolved import RunRequest
-    from rebalancer.pipeline.run_summary import RunSummary
+    from rebalancer.pipeline.routing.handler_map import Pipeline
     from rebalancer.pipeline.runner import run
 
 _PUBLIC = {
@@ -25,9 +25,9 @@ _PUBLIC = {
     "PlanStore": "rebalancer.pipeline.apply",
     "TaskStats": "rebalancer.pipeline.apply",
     "balanced_apply": "rebalancer.pipeline.apply",
-    "Pipeline": "rebalancer.pipeline.framework",
+    "Pipeline": "rebalancer.pipeline.routing.handler_map",
     "RunRequest": "rebalancer.pipeline.resolved",
-    "RunSummary": "rebalancer.pipeline.run_summary",
+    "RunSummary": "rebalancer.pipeline.outputs.summary",
     "run": "rebalancer.pipeline.runner",
 }
 __all__ = [

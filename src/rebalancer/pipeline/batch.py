@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING
 
 from rebalancer import __version__
 from rebalancer.balance.metrics import max_over_median
-from rebalancer.pipeline._compare_hash import COMPARED_STAGES, hash_wall, pass_wall, wall_comparison
-from rebalancer.pipeline._output_manifest import GroupRange
-from rebalancer.pipeline.contract import SKEW_DIGITS
+from rebalancer.pipeline.compare_hash import COMPARED_STAGES, hash_wall, pass_wall, wall_comparison
 from rebalancer.pipeline.core import (  # re-exported: callers import them from here
     InputCounts,
     PassTarget,
@@ -23,22 +21,24 @@ from rebalancer.pipeline.core import (  # re-exported: callers import them from 
     count_input,
     run_pass,
 )
-from rebalancer.pipeline.ingest import read_raw
-from rebalancer.pipeline.kafka.claim import one_group_run_per_output
+from rebalancer.pipeline.ingest.contract import SKEW_DIGITS
+from rebalancer.pipeline.ingest.files import read_raw
+from rebalancer.pipeline.outputs.claim import one_group_run_per_output
+from rebalancer.pipeline.outputs.manifest import GroupRange
+from rebalancer.pipeline.outputs.summary import BatchFigures, GroupSection, RunSummary
+from rebalancer.pipeline.outputs.summary_files import summarise_and_write
 from rebalancer.pipeline.paths import write_json
+from rebalancer.pipeline.plan.slots import Item, SlotPlan, hash_plan, make_plan, plan_items
 from rebalancer.pipeline.plan_from import ReusedPlan, previous_run
 from rebalancer.pipeline.resolved import ResolvedRun, RunHooks, RunRequest, resolve_run
-from rebalancer.pipeline.run_summary import BatchFigures, GroupSection, RunSummary
-from rebalancer.pipeline.session import pipeline_conf, spark_error_reason
-from rebalancer.pipeline.slots import Item, SlotPlan, hash_plan, make_plan, plan_items
-from rebalancer.pipeline.summary_files import summarise_and_write
+from rebalancer.pipeline.session.build import pipeline_conf, spark_error_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from rebalancer.pipeline.contract import Input
-    from rebalancer.pipeline.framework import Pipeline, Routing
+    from rebalancer.pipeline.ingest.contract import Input
     from rebalancer.pipeline.kafka.telemetry import GroupRead
+    from rebalancer.pipeline.routing.handler_map import Pipeline, Routing
     from rebalancer.pipeline.sinks import PostgresSink
     from rebalancer.pipeline.sinks.outputs import SinkSection
 
@@ -123,14 +123,14 @@ def run_batch(
     """The whole batch run; returns the summary it also writes to OUT/summary.json.
 
     The library's entry: a `RunRequest` of these settings, resolved (`resolve_run`) without an output
-    mode (`output_mode` is only recorded in the summary; `rebalancer.pipeline.run` applies one), and
+    mode (`outputs.mode` is only recorded in the summary; `rebalancer.pipeline.run` applies one), and
     run by `drive_batch`.
 
     `out` may be a Hadoop filesystem URI (hdfs://, s3a://, file://, ...): Spark writes the data
     there, and summary.json, plan.json and report.html go through the same filesystem, or to the
     local directory `report_dir` if given.
 
-    `handlers` (a `framework.Pipeline`) routes each type to a user's handler, written to OUT/<handler>/
+    `handlers` (a `routing.handler_map.Pipeline`) routes each type to a user's handler, written to OUT/<handler>/
     and placed by `balanced_apply` weighted by `cost` ("rows" or "seconds"); without it every type
     goes through the built-in aggregation into OUT/metrics/.
 

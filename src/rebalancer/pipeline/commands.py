@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, cast
 from rebalancer._args import finite_float, integer
 from rebalancer._args import local_path as local_path_flag
 from rebalancer._secrets import masks_errors, shown_location
-from rebalancer.pipeline._checks import SECONDS_MAX
+from rebalancer.pipeline.checks import SECONDS_MAX
 from rebalancer.pipeline.generate import GenerateConfig
-from rebalancer.pipeline.ingest import FORMATS
-from rebalancer.pipeline.kafka.claim import one_group_run_per_output
+from rebalancer.pipeline.ingest.contract import FORMATS
 from rebalancer.pipeline.kafka.commands import add_produce_parser
+from rebalancer.pipeline.outputs.claim import one_group_run_per_output
 from rebalancer.pipeline.paths import is_remote, local_path
 from rebalancer.pipeline.run_fields import SETTINGS
 from rebalancer.pipeline.runner import field_defaults
@@ -27,7 +27,7 @@ from rebalancer.pipeline.sinks.commands import add_postgres_parser
 from rebalancer.pipeline.terminal import print_summary, stages
 
 if TYPE_CHECKING:
-    from rebalancer.pipeline.contract import Input
+    from rebalancer.pipeline.ingest.contract import Input
     from rebalancer.pipeline.kafka.telemetry import KafkaInput
     from rebalancer.pipeline.runner import RunRequest, RunSummary
 
@@ -239,7 +239,7 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
     """--master (or --remote) wins; under spark-submit (the JVM started us) the master is already set;
     else local[*]."""
     if remote:
-        from rebalancer.pipeline.session import is_connect_url
+        from rebalancer.pipeline.session.build import is_connect_url
 
         if not is_connect_url(remote):
             raise ValueError(f"remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}")
@@ -257,7 +257,7 @@ def _require_extras(master: str | None, sink: str | None) -> None:
     """The extras a run needs besides its input's (RunRequest checks those): one line naming the
     extra before any work, not a traceback, or a failure once Spark has started."""
     from rebalancer._extras import require_extra
-    from rebalancer.pipeline.session import CONNECT_CLIENT_MODULES, is_connect_url
+    from rebalancer.pipeline.session.build import CONNECT_CLIENT_MODULES, is_connect_url
 
     if sink is not None:
         require_extra("--sink (the PostgreSQL sink)", "postgres")
@@ -271,15 +271,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""
     from rich.console import Console
 
-    from rebalancer.pipeline._ingest_output import check_writable
-    from rebalancer.pipeline.ingest import check_output, parse_columns
+    from rebalancer.pipeline.ingest.files import parse_columns
+    from rebalancer.pipeline.outputs.check import check_output, check_writable
     from rebalancer.pipeline.runner import RunRequest, resolve_input
 
     master = session_master(args.master, getattr(args, "remote", None))
     _require_extras(master, args.sink)  # before any work; a kafka:// input's, by RunRequest
     handlers = args.handlers
     if isinstance(handlers, Path):
-        from rebalancer.pipeline.framework import load_handlers
+        from rebalancer.pipeline.routing.handler_map import load_handlers
 
         handlers = load_handlers(handlers)  # first: a bad file fails before any work
     values = {name: s.value(args) for name, s in SETTINGS.items() if name not in ("handlers", "sink", "columns")}
@@ -333,8 +333,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline.quiet import interrupt_cancels_jobs, jvm_log_file, spark_python_logs_to
-    from rebalancer.pipeline.session import build_session
+    from rebalancer.pipeline.session.build import build_session
+    from rebalancer.pipeline.session.quiet import interrupt_cancels_jobs, jvm_log_file, spark_python_logs_to
 
     # Stop the session at the end only if this command started it (not spark-submit's, not a caller's).
     owns_session = SparkSession.getActiveSession() is None and master is not None
@@ -347,7 +347,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # for -vv. Without -v, Spark's logs go to a file, which a failure's one line names.
     log_file = spark_log_path(args.output, args.report_dir) if verbose == 0 and owns_session else None
     if log_file is not None:
-        from rebalancer.pipeline.output_mode import claim_spark_log
+        from rebalancer.pipeline.outputs.mode import claim_spark_log
 
         claim_spark_log(log_file)  # written over from the JVM's start: one no run wrote is refused first
     with console.status("starting Spark"):
@@ -365,7 +365,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         python_logs.enter_context(spark_python_logs_to(spark_log))
     with interrupt_cancels_jobs(spark), python_logs:  # Ctrl-C: jobs cancelled, exit 130, one line
         summary = _run_in_session(console, request, spark, spec, args, owns_session)
-    from rebalancer.pipeline.report import no_rows_accepted
+    from rebalancer.pipeline.outputs.report import no_rows_accepted
 
     console.print(summary.plan_line(), highlight=False)
     print_summary(console, summary, args.report_dir, report=not args.no_report)
@@ -381,7 +381,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def spark_log_path(output: str | Path, report_dir: str | Path | None) -> Path:
     """Where a quiet run's Spark log goes: OUTPUT/spark.log, else (a remote output) the report
     directory's if it is local, else a new temporary directory's."""
-    from rebalancer.pipeline._output_manifest import SPARK_LOG
+    from rebalancer.pipeline.outputs.manifest import SPARK_LOG
 
     local = local_path(output)
     if local is None and report_dir is not None:
@@ -429,7 +429,7 @@ def _run(console: Any, request: RunRequest, spark: Any, args: argparse.Namespace
             return run(request, spark, progress=step)
     from pyspark.errors import StreamingQueryException
 
-    from rebalancer.pipeline.session import spark_error_reason
+    from rebalancer.pipeline.session.build import spark_error_reason
 
     try:
         with console.status("streaming (Ctrl-C stops cleanly)"):

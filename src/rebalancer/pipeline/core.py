@@ -12,17 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rebalancer.pipeline.contract import RowCounts
-from rebalancer.pipeline.dispatch import dispatch
-from rebalancer.pipeline.framework import HandlerTotals, Routing, route_types, run_handlers
-from rebalancer.pipeline.ingest import accepted_rows, cacheable_rows, classify, quarantine_rows
-from rebalancer.pipeline.slots import SHARD_BUCKETS, SlotPlan
+from rebalancer.pipeline.handler.dispatch import dispatch
+from rebalancer.pipeline.ingest.classify import accepted_rows, cacheable_rows, classify, quarantine_rows
+from rebalancer.pipeline.ingest.contract import RowCounts
+from rebalancer.pipeline.plan.slots import SHARD_BUCKETS, SlotPlan
+from rebalancer.pipeline.routing.handler_map import HandlerTotals, Routing, route_types, run_handlers
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.paths import OutputPath
+    from rebalancer.pipeline.routing.handler_map import Pipeline
     from rebalancer.pipeline.sinks.outputs import SinkSection
 
 Progress = Callable[[str], None]

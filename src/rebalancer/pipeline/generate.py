@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rebalancer.pipeline._checks import EVENTS_MAX, PARTITIONS_MAX, check_int
-from rebalancer.pipeline.contract import FORMATS  # what the generator writes is what a run reads
+from rebalancer.pipeline.checks import EVENTS_MAX, PARTITIONS_MAX, check_int
+from rebalancer.pipeline.ingest.contract import FORMATS  # what the generator writes is what a run reads
 
 # What write_frame names its files (and their half-written copies): all --overwrite ever removes.
 _GENERATED = re.compile(rf"^\.?part-\d{{5}}\.(?:{'|'.join(FORMATS)})(?:\.tmp)?$")

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import masks_errors, shown_location
 from rebalancer.pipeline.paths import OutputPath, output_path
-from rebalancer.pipeline.slots import Item, SlotPlan, items_from_json
+from rebalancer.pipeline.plan.slots import Item, SlotPlan, items_from_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline.run_summary import PlanReuse
+    from rebalancer.pipeline.outputs.summary import PlanReuse
 
 __all__ = ["PreviousRun", "ReusedPlan", "load_plan", "load_previous_plan", "load_previous_summary", "previous_run"]
 

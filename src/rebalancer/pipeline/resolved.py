@@ -1,6 +1,6 @@
 """A run, resolved once: `RunRequest` (what was asked, checked when made) becomes `ResolvedRun` (the
 input inspected, the partitions decided, the outputs checked, the plan loaded), which both drivers
-take: `batch.drive_batch` and `_stream_run.drive_stream`. `runner.run` and the library entry points
+take: `batch.drive_batch` and `stream.driver.drive_stream`. `runner.run` and the library entry points
 `run_batch`/`run_stream` all come through `resolve_run`, so every default and check is made here,
 once, and the drivers only run.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from rebalancer._secrets import masked_repr, shown_location
-from rebalancer.pipeline.output_mode import RunDirs, check_run_outputs, external_checkpoint
+from rebalancer.pipeline.outputs.mode import RunDirs, check_run_outputs, external_checkpoint
 from rebalancer.pipeline.paths import OutputPath, is_remote, output_path
 from rebalancer.pipeline.plan_from import ReusedPlan, load_plan
 from rebalancer.pipeline.run_fields import check_settings, numeric_fields, plain_number
@@ -26,13 +26,13 @@ __all__ = ["ResolvedRun", "RunHooks", "RunRequest", "StreamSettings", "field_def
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline._output_manifest import GroupRange
-    from rebalancer.pipeline._output_swap import Outputs
-    from rebalancer.pipeline._stream_state import BatchProgress
-    from rebalancer.pipeline.contract import Input
-    from rebalancer.pipeline.framework import Pipeline
-    from rebalancer.pipeline.output_mode import DirState
+    from rebalancer.pipeline.ingest.contract import Input
+    from rebalancer.pipeline.outputs.manifest import GroupRange
+    from rebalancer.pipeline.outputs.mode import DirState
+    from rebalancer.pipeline.outputs.swap import Outputs
+    from rebalancer.pipeline.routing.handler_map import Pipeline
     from rebalancer.pipeline.sinks import PostgresSink
+    from rebalancer.pipeline.stream.state import BatchProgress
 
 log = logging.getLogger("rebalancer.pipeline.runner")
 
@@ -201,7 +201,7 @@ def field_defaults() -> dict[str, object]:
 
 def resolve_input(request: RunRequest, spark: SparkSession | None = None) -> Input:
     """The request's input, inspected (files) or parsed (a kafka:// URL)."""
-    from rebalancer.pipeline.ingest import inspect_input
+    from rebalancer.pipeline.ingest.inspect import inspect_input
 
     source = request.input
     if not isinstance(source, str | Path):
@@ -290,8 +290,9 @@ def resolve_run(
     plan loaded, and, with `modes`, the output mode's refusals made and the sink's tables prepared
     (`run`; `run_batch` and `run_stream` apply no mode). `stream` adds a `StreamConfig`'s own settings;
     `plan` is a plan already loaded; `output_name` the output the summary names, if not the output."""
-    from rebalancer.pipeline.ingest import check_output, input_name
-    from rebalancer.pipeline.session import default_parallelism
+    from rebalancer.pipeline.ingest.files import input_name
+    from rebalancer.pipeline.outputs.check import check_output
+    from rebalancer.pipeline.session.build import default_parallelism
 
     spec = resolve_input(request, spark)
     if request.stream and spec.files and not spec.is_directory():  # type: ignore[attr-defined]  # a topic has no files

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rebalancer._numbers import is_int, is_number, parse_float, parse_int, shown
 from rebalancer._secrets import shown_location
-from rebalancer.pipeline._checks import COUNT_MAX, SECONDS_MAX, check_int, check_partitions
 from rebalancer.pipeline.apply._items import COSTS
-from rebalancer.pipeline.contract import FORMATS, Input, column_mapping
-from rebalancer.pipeline.dispatch import PARTITIONINGS
-from rebalancer.pipeline.output_mode import OUTPUT_MODES
+from rebalancer.pipeline.checks import COUNT_MAX, SECONDS_MAX, check_int, check_partitions
+from rebalancer.pipeline.handler.dispatch import PARTITIONINGS
+from rebalancer.pipeline.ingest.contract import FORMATS, Input, column_mapping
+from rebalancer.pipeline.outputs.mode import OUTPUT_MODES
 from rebalancer.pipeline.paths import check_location, location_argument
 
 if TYPE_CHECKING:
@@ -262,7 +262,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("partitioning", OneOf(PARTITIONINGS), ("--partitioning",), text=str),
         Setting(
             "handlers",
-            Instance("rebalancer.pipeline.framework", "Pipeline", "rebalancer.pipeline.Pipeline"),
+            Instance("rebalancer.pipeline.routing.handler_map", "Pipeline", "rebalancer.pipeline.Pipeline"),
             ("--handlers",),
             text=_path_text,
             metavar="FILE.py",

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rebalancer.pipeline._output_swap import run_outputs
-from rebalancer.pipeline._stream_run import drive_stream
 from rebalancer.pipeline.batch import drive_batch
-from rebalancer.pipeline.kafka.claim import one_group_run_per_output
+from rebalancer.pipeline.outputs.claim import one_group_run_per_output
+from rebalancer.pipeline.outputs.summary import RunSummary
+from rebalancer.pipeline.outputs.swap import run_outputs
 from rebalancer.pipeline.resolved import RunHooks, RunRequest, field_defaults, resolve_input, resolve_run
-from rebalancer.pipeline.run_summary import RunSummary
+from rebalancer.pipeline.stream.driver import drive_stream
 
 # RunRequest and RunSummary are documented under this module's name, as is resolve_input.
 __all__ = ["RunRequest", "RunSummary", "field_defaults", "resolve_input", "run"]
@@ -24,7 +24,7 @@ __all__ = ["RunRequest", "RunSummary", "field_defaults", "resolve_input", "run"]
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rebalancer.pipeline._stream_state import BatchProgress
+    from rebalancer.pipeline.stream.state import BatchProgress
 
 
 @one_group_run_per_output(lambda arguments: (arguments["request"].input, arguments["request"].output))
@@ -43,14 +43,14 @@ def run(
     Every check comes before anything is written or replaced (`resolve_run`): the input against the
     output and the checkpoint, the plan asked for, the output mode, the sink's tables. In error and
     overwrite modes the run is then written beside the previous one and swapped in once complete
-    (`_output_swap`): an interrupted run leaves the previous one as it was.
+    (`outputs.swap`): an interrupted run leaves the previous one as it was.
     """
     if spark is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.getActiveSession()
         if spark is None:
-            raise ValueError("spark: no active SparkSession; pass spark= (see rebalancer.pipeline.session.build_session)")
+            raise ValueError("spark: no active SparkSession; pass spark= (see rebalancer.pipeline.session.build.build_session)")
     resolved = resolve_run(request, spark, output_name=str(request.output))
     with run_outputs(list(resolved.states), request.mode, spark) as outputs:
         staged = resolved.at(outputs, spark)

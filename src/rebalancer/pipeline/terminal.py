@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import shown_location
-from rebalancer.pipeline._output_manifest import REPORT_FILES
+from rebalancer.pipeline.outputs.manifest import REPORT_FILES
 from rebalancer.pipeline.paths import join, local_path
 
 if TYPE_CHECKING:
-    from rebalancer.pipeline.run_summary import RunSummary
+    from rebalancer.pipeline.outputs.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def print_summary(
     rich would wrap at any space, splitting "with Spark's / hash" across lines."""
     from rich.table import Table
 
-    from rebalancer.pipeline.report import WALL_LABEL, format_skew, wall_note, wall_phrases
+    from rebalancer.pipeline.outputs.report import WALL_LABEL, format_skew, wall_note, wall_phrases
 
     quarantined = [f"{summary.quarantined:,}"]
     if summary.quarantined:
@@ -199,7 +199,7 @@ def print_summary(
 
 def handler_lines(summary: RunSummary) -> list[str]:
     """One line per handler (types, rows, calls, task-seconds skew) and the unhandled rows, if any."""
-    from rebalancer.pipeline.report import SECONDS_NONE, format_skew
+    from rebalancer.pipeline.outputs.report import SECONDS_NONE, format_skew
 
     routing = summary.routing
     if set(routing.handlers) <= {"metrics"} and not routing.unhandled:

@@ -8,7 +8,7 @@ to its slot (`slots.partition_keys`), so one `repartition(n, slot key)` realises
 grouping reuses that partitioning. `help(balanced_apply)` has the contract.
 
 The modules: `_keys` (the keys, as `groupBy` resolves them), `_func` (func's form and checks, as
-applyInPandas decides them), `_plan` (counting and planning), `_store` (the plan store), `_lookup`
+applyInPandas decides them), `_key_plan` (counting and planning), `_store` (the plan store), `_slot_columns`
 (each row's slot and item), `_convert` and `_grouped` (the grouped execution), `_result` (what is
 returned), `_call` (`balanced_apply` itself); the task clock is `rebalancer.pipeline.clock`, shared
 with the pipeline's handlers.
@@ -16,9 +16,9 @@ with the pipeline's handlers.
 
 from rebalancer.pipeline.apply._call import balanced_apply, parse_schema
 from rebalancer.pipeline.apply._items import ApplyItem
-from rebalancer.pipeline.apply._lookup import LOOKUP_ITEMS
-from rebalancer.pipeline.apply._plan import ApplyPlan, KeyCost, plan_keys
+from rebalancer.pipeline.apply._key_plan import ApplyPlan, KeyCost, plan_keys
 from rebalancer.pipeline.apply._result import BalancedApply, TaskStats, wait_per_row
+from rebalancer.pipeline.apply._slot_columns import LOOKUP_ITEMS
 from rebalancer.pipeline.apply._store import STORE_VERSION, PlanStore
 from rebalancer.pipeline.clock import TaskClock, own_clock, queued_seconds
 

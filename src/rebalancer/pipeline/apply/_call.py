@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rebalancer.pipeline._checks import COUNT_MAX, check_int, check_partitions
 from rebalancer.pipeline.apply._convert import PandasTerms
 from rebalancer.pipeline.apply._func import check_one_argument, code_name, func_form
 from rebalancer.pipeline.apply._grouped import OutputCheck, grouped_map, make_call, make_merge
@@ -21,15 +20,16 @@ from rebalancer.pipeline.apply._items import (
     SLOT_COLUMN,
     Key,
 )
+from rebalancer.pipeline.apply._key_plan import count_buckets, count_keys, plan_keys, shard_counts
 from rebalancer.pipeline.apply._keys import case_sensitive, column_named, reserved_column, resolve_keys
-from rebalancer.pipeline.apply._lookup import with_slot_columns
-from rebalancer.pipeline.apply._plan import count_buckets, count_keys, plan_keys, shard_counts
 from rebalancer.pipeline.apply._result import BalancedApply, SumParam, flush_pending, hold_pending
+from rebalancer.pipeline.apply._slot_columns import with_slot_columns
 from rebalancer.pipeline.apply._store import PlanStore, refuse_store_in_input
-from rebalancer.pipeline.handler import TaskStatsParam
-from rebalancer.pipeline.session import is_connect, shuffle_partitions
-from rebalancer.pipeline.slots import WHOLE
-from rebalancer.pipeline.workers import check_worker_python
+from rebalancer.pipeline.checks import COUNT_MAX, check_int, check_partitions
+from rebalancer.pipeline.handler.builtin import TaskStatsParam
+from rebalancer.pipeline.plan.slots import WHOLE
+from rebalancer.pipeline.session.build import is_connect, shuffle_partitions
+from rebalancer.pipeline.session.workers import check_worker_python
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -184,7 +184,7 @@ class BatchFrames:
 
 def unseen_groups(table: pa.Table, terms: PandasTerms, key_columns: list[str]) -> list[pa.Table]:
     """Rows of keys the plan never saw, one table per key, grouped as Spark groups them: nulls
-    together, NaNs together (the item already tells null from NaN, see `_lookup.with_slot_columns`).
+    together, NaNs together (the item already tells null from NaN, see `_slot_columns.with_slot_columns`).
     Each key's rows are to be converted on their own, as applyInPandas converts a group."""
     import numpy as np
     import pandas as pd

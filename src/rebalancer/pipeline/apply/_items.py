@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from rebalancer.pipeline.slots import WHOLE
+from rebalancer.pipeline.plan.slots import WHOLE
 
 COSTS = ("rows", "seconds")
 # Columns added for the grouped map; a user's frame may not use names with this prefix.

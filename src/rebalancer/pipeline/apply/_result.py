@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 
 from rebalancer.pipeline.apply._items import ApplyItem, Key
-from rebalancer.pipeline.apply._plan import ApplyPlan, KeyCost
+from rebalancer.pipeline.apply._key_plan import ApplyPlan, KeyCost
 from rebalancer.pipeline.apply._store import PlanStore
-from rebalancer.pipeline.handler import task_stats
+from rebalancer.pipeline.handler.builtin import task_stats
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -21,8 +21,8 @@ from rebalancer.pipeline.apply._items import (
     shard_json,
     storable,
 )
-from rebalancer.pipeline.apply._plan import ApplyPlan, KeyCost
-from rebalancer.pipeline.slots import WHOLE
+from rebalancer.pipeline.apply._key_plan import ApplyPlan, KeyCost
+from rebalancer.pipeline.plan.slots import WHOLE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -11,7 +11,7 @@ from rebalancer._json import DuplicateKeyError, loads_unique
 from rebalancer._kafka_names import check_topic_name
 from rebalancer._numbers import parse_int, shown
 from rebalancer._secrets import MASK, is_secret_key, masked_pairs, refuse_servers_login
-from rebalancer.pipeline._checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX
+from rebalancer.pipeline.checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rebalancer.pipeline.kafka._options import ROWS_PER_BATCH, KafkaOptions
-from rebalancer.pipeline.kafka._plan import DataLossError, KafkaTask, OffsetRange, _data_loss
+from rebalancer.pipeline.kafka.tasks import DataLossError, KafkaTask, OffsetRange, _data_loss
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -75,7 +75,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     from rebalancer._kafka_names import check_topic_name
     from rebalancer.pipeline.generate import GenerateConfig, make_frame
-    from rebalancer.pipeline.kafka.source import shown_topic
+    from rebalancer.pipeline.kafka._options import shown_topic
     from rebalancer.pipeline.kafka.telemetry import DeliveryError, encode_events, produce_events
     from rebalancer.produce.config import check_servers  # the producer's rule, which it then applies
 

@@ -24,15 +24,10 @@ from urllib.parse import parse_qsl, urlsplit
 from rebalancer._kafka_names import TOPIC_PARTITIONS_MAX, check_topic_name
 from rebalancer._numbers import parse_int
 from rebalancer._secrets import MASK, has_user_info, is_secret_key, masked_pairs, masked_repr, masked_url
-from rebalancer.pipeline._checks import EVENTS_MAX
-from rebalancer.pipeline.contract import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
-from rebalancer.pipeline.kafka.source import (
-    KAFKA_PREFIX,
-    SOURCE_NAME,
-    parse_options,
-    register_kafka_source,
-    shown_topic,
-)
+from rebalancer.pipeline.checks import EVENTS_MAX
+from rebalancer.pipeline.ingest.contract import NOT_JSON_COLUMN, REQUIRED_COLUMNS, column_mapping
+from rebalancer.pipeline.kafka._options import KAFKA_PREFIX, SOURCE_NAME, parse_options, shown_topic
+from rebalancer.pipeline.kafka.datasource import register_kafka_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -189,7 +184,7 @@ class GroupRead:
 
     def commit(self) -> None:
         """The group moves to the end of this run's range; call once the outputs are committed."""
-        from rebalancer.pipeline.kafka.source import commit_group_offsets
+        from rebalancer.pipeline.kafka._topic import commit_group_offsets
 
         options = {"bootstrap.servers": self.spec.bootstrap_servers, "topic": self.spec.topic, "group": self.group}
         kept = {k: v for k, v in self.spec.options.items() if k.lower().startswith(KAFKA_PREFIX) or k == "metadataTimeoutMs"}
@@ -201,7 +196,7 @@ def plan_group_run(spec: KafkaInput) -> GroupRead | None:
     (so the read is exactly the range the run commits afterwards); None without `group`."""
     import json
 
-    from rebalancer.pipeline.kafka.source import plan_group_range
+    from rebalancer.pipeline.kafka._topic import plan_group_range
 
     options = parse_options(spec.reader_options(streaming=False), streaming=False)
     if options.group is None:
@@ -218,7 +213,7 @@ def check_kafka_input(spec: KafkaInput, streaming: bool) -> None:
     """Ask the brokers for the topic before Spark starts: an unreachable server, a missing topic or a
     refused login fails in one line within metadataTimeoutMs (`--kafka-timeout`), not after Spark's
     and a Python worker's start-up. Planning asks again, as a library caller's read does."""
-    from rebalancer.pipeline.kafka.source import TopicView
+    from rebalancer.pipeline.kafka._topic import TopicView
 
     view = TopicView(parse_options(spec.reader_options(streaming), streaming=streaming))
     try:
@@ -418,7 +413,7 @@ def to_telemetry(frame: DataFrame, columns: Mapping[str, str] | None = None) -> 
     """
     from pyspark.sql import functions as F
 
-    from rebalancer.pipeline.contract import text_schema
+    from rebalancer.pipeline.ingest.contract import text_schema
 
     mapping = column_mapping(columns)
     corrupt = "_corrupt_record"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from rebalancer.pipeline.session import spark_error_reason
+from rebalancer.pipeline.session.build import spark_error_reason
 from rebalancer.pipeline.sinks._pg_types import _first_line
 
 SCHEMES = ("postgresql://", "postgres://")

@@ -20,8 +20,8 @@ from rebalancer.pipeline.sinks.postgres import DEFAULT_SCHEMA, Output, PostgresS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from rebalancer.pipeline.framework import Pipeline
     from rebalancer.pipeline.paths import OutputPath
+    from rebalancer.pipeline.routing.handler_map import Pipeline
 
 METRICS_TABLE = "metrics"
 QUARANTINE_TABLE = "quarantine"
@@ -81,7 +81,7 @@ def sink_outputs(
 ) -> list[Output]:
     """Each named output with its table key; stream batches add a `batch_id` column and key part.
 
-    `keys` gives the key of every other output (a handler's table: `framework.Handler.table_key`).
+    `keys` gives the key of every other output (a handler's table: `routing.handler_map.Handler.table_key`).
     """
     from pyspark.sql import functions as F
 
@@ -109,9 +109,10 @@ def prepare_sink(
     input contract gives them without reading anything and without a Spark job. Each of `handlers`
     gets a table of its own, from its declared schema, keyed by its `table_key`.
     """
-    from rebalancer.pipeline.dispatch import dispatch
-    from rebalancer.pipeline.framework import with_date
-    from rebalancer.pipeline.ingest import accepted_rows, classify, quarantine_rows, text_schema
+    from rebalancer.pipeline.handler.dispatch import dispatch
+    from rebalancer.pipeline.ingest.classify import accepted_rows, classify, quarantine_rows
+    from rebalancer.pipeline.ingest.contract import text_schema
+    from rebalancer.pipeline.routing.handler_map import with_date
 
     classified = classify(spark.createDataFrame([], text_schema()))
     outputs = {

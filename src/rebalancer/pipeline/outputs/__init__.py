@@ -1,0 +1,1 @@
+"""Where a run writes: output modes, staging and swap, the manifest, the summary and the report."""

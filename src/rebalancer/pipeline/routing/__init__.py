@@ -1,0 +1,1 @@
+"""The handler map: which handler gets which event type (`Pipeline`)."""
