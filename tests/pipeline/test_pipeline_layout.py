@@ -1,96 +1,256 @@
-"""Issue 35: no module under `rebalancer.pipeline` is over 500 lines; the split modules' public names
-stay importable from the modules callers have always imported them from."""
+"""Issue 43: the pipeline's house keeps its rules, which docs/architecture.md explains.
+
+The rules, each a test below:
+1. `pipeline/` holds the rooms in `ORDER` and nothing else: a room is a subpackage or a root module.
+2. An import between two rooms points down `ORDER` (function-level imports count; `if TYPE_CHECKING`
+   does not), so no circle is possible and no lazy import is needed to dodge one.
+3. An import from another room names no underscore module and no underscore name.
+4. No module but a package `__init__` only re-exports another's names.
+5. No module of ours but `cli.py` imports `rebalancer.cli`.
+6. No function of the pipeline takes or returns `dict[str, Any]` outside the JSON boundary.
+7. `partitions` and `partitioning` are each checked in one place, with one message.
+8. Every `rebalancer.pipeline.…` name the docs give imports.
+9. `tests/pipeline/` mirrors the rooms, and test file names are unique across `tests/`.
+"""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
 
 import rebalancer.pipeline
+from import_graph import cycles, function_level_imports, import_graph
 
 PIPELINE = Path(rebalancer.pipeline.__file__).parent
-MAX_LINES = 500
-# old module -> (a private module it now re-exports from, names callers import from the old one)
-SPLIT = {
-    "rebalancer.pipeline.kafka.source": (
-        "rebalancer.pipeline.kafka.datasource",
-        (
-            "KafkaBatchReader",
-            "KafkaStreamReader",
-            "KafkaOptions",
-            "TopicView",
-            "parse_options",
-            "register_kafka_source",
-            "read_task",
-            "KafkaTask",
-            "OffsetRange",
-            "_prorate",
-            "_retrying",
-        ),
-    ),
-    "rebalancer.pipeline.stream": (
-        "rebalancer.pipeline.stream.driver",
-        (
-            "StreamConfig",
-            "run_stream",
-            "BatchProcessor",
-            "StreamState",
-            "STATE_VERSION",
-            "_empty_state",
-            "_QueryWaiter",
-            "StopAfterBatches",
-            "stopped_after_batches",
-            "BatchProgress",
-        ),
-    ),
-    "rebalancer.pipeline.sinks.postgres": (
-        "rebalancer.pipeline.sinks._pg_url",
-        (
-            "PostgresSink",
-            "Output",
-            "TableWrite",
-            "SinkError",
-            "DEFAULT_SCHEMA",
-            "pg_type",
-            "_python_error",
-            "_redacted_text",
-        ),
-    ),
-    "rebalancer.pipeline.ingest": (
-        "rebalancer.pipeline.ingest.files",
-        (
-            "InputSpec",
-            "inspect_input",
-            "check_output",
-            "read_raw",
-            "read_stream",
-            "input_name",
-            "classify",
-            "accepted_rows",
-            "quarantine_rows",
-            "cacheable_rows",
-            "parse_columns",
-            "text_schema",
-            "FORMATS",
-        ),
-    ),
+SRC = PIPELINE.parent.parent
+REPO = SRC.parent
+TESTS = REPO / "tests"
+P = "rebalancer.pipeline"
+
+# Low to high: a room may import only the rooms before it. Subpackages have no ".py".
+ORDER = (
+    "checks.py",
+    "paths.py",
+    "clock.py",
+    "ship.py",
+    "session",
+    "ingest",
+    "plan",
+    "handler",
+    "apply",
+    "routing",
+    "generate.py",
+    "kafka",
+    "sinks",
+    "outputs",
+    "core.py",
+    "compare_hash.py",
+    "plan_from.py",
+    "run_fields.py",
+    "batch.py",
+    "stream",
+    "runner.py",
+    "terminal.py",
+    "commands.py",
+    "__main__.py",
+)
+RANK = {room.removesuffix(".py"): rank for rank, room in enumerate(ORDER)}
+# Files read or written as JSON: the only functions that may pass `dict[str, Any]` along.
+JSON_BOUNDARY = {
+    "outputs/summary.py",
+    "outputs/manifest.py",
+    "stream/state.py",
+    "apply/_store.py",
+    "kafka/_options.py",
+    "paths.py",
 }
 
 
-def test_no_module_in_pipeline_is_over_500_lines() -> None:
-    sizes = {
-        str(path.relative_to(PIPELINE)): len(path.read_text().splitlines()) for path in PIPELINE.rglob("*.py")
+def room(module: str) -> str:
+    """`rebalancer.pipeline.outputs.swap` -> `outputs`; the package itself -> `__init__`."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def test_the_pipeline_holds_the_rooms_and_nothing_else() -> None:
+    present = {
+        path.name
+        for path in PIPELINE.iterdir()
+        if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists())
     }
-    assert len(sizes) > 20, sorted(sizes)  # the walk found the package, subpackages included
-    too_long = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
-    assert not too_long, too_long
+    assert present == {*ORDER, "__init__.py"}
+    strays = [path.name for path in PIPELINE.iterdir() if path.is_dir() and not (path / "__init__.py").exists()]
+    assert [name for name in strays if name != "__pycache__"] == []
 
 
-@pytest.mark.parametrize("old", sorted(SPLIT))
-def test_split_modules_keep_their_public_names(old: str) -> None:
-    module = importlib.import_module(old)
-    importlib.import_module(SPLIT[old][0])  # the private modules import on their own
-    for name in SPLIT[old][1]:
-        assert hasattr(module, name) and name in module.__all__, f"{old}.{name}"
+def test_imports_between_rooms_point_down() -> None:
+    graph = import_graph(PIPELINE, SRC)
+    assert f"{P}.batch" in graph and f"{P}.outputs.swap" in graph  # the walk found the rooms
+    upward = sorted(
+        f"{module} -> {other}"
+        for module, imported in graph.items()
+        for other in imported
+        if room(module) != "__init__" and room(other) != room(module) and RANK[room(other)] > RANK[room(module)]
+    )
+    assert upward == []
+    assert cycles(graph) == []
+
+
+def test_a_function_level_import_of_another_room_points_down_too() -> None:
+    """Rule 2 counts them already; this names them for the reader: each loads a heavy room late."""
+    found = function_level_imports(PIPELINE, SRC)
+    assert len(found) > 10
+    upward = [
+        (module, line, other)
+        for module, line, other in found
+        if other.startswith(P + ".") and room(module) != "__init__" and room(other) != room(module)
+        and RANK[room(other)] > RANK[room(module)]
+    ]
+    assert upward == []
+
+
+def test_no_comment_says_an_import_dodges_a_circle() -> None:
+    sign = re.compile(r"#.*\b(circular|import cycle|import loop|avoid (a|the) (cycle|loop|circle))", re.IGNORECASE)
+    hits = [
+        f"{path.relative_to(PIPELINE)}:{number}"
+        for path in PIPELINE.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if sign.search(line)
+    ]
+    assert hits == []
+
+
+def _cross_room_imports() -> list[tuple[str, int, str, str]]:
+    """(module, line, imported module, imported name or "") of every import between two rooms."""
+    found = []
+    for path in sorted(PIPELINE.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        module = ".".join(parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(P + "."):
+                if room(node.module) != room(module):
+                    found += [(module, node.lineno, node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                found += [
+                    (module, node.lineno, alias.name, "")
+                    for alias in node.names
+                    if alias.name.startswith(P + ".") and room(alias.name) != room(module)
+                ]
+    return found
+
+
+def test_no_underscore_name_crosses_rooms() -> None:
+    found = _cross_room_imports()
+    assert len(found) > 50
+    private = [
+        f"{module}:{line} imports {target} {name}".rstrip()
+        for module, line, target, name in found
+        if room(module) != "__init__"
+        and (any(part.startswith("_") for part in target.split(".")) or name.startswith("_"))
+    ]
+    assert private == []
+
+
+def test_no_module_only_re_exports() -> None:
+    facades = []
+    for path in sorted(PIPELINE.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        body = ast.parse(path.read_text()).body
+        rest = [
+            node
+            for node in body
+            if not isinstance(node, ast.Import | ast.ImportFrom)
+            and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))  # the docstring
+            and not (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets))
+            and not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+        ]
+        if not rest or "re-exported" in path.read_text():
+            facades.append(str(path.relative_to(PIPELINE)))
+    assert facades == []
+
+
+def test_only_cli_imports_cli() -> None:
+    package = SRC / "rebalancer"
+    graph = import_graph(package, SRC)
+    assert "rebalancer.cli" in graph
+    importers = sorted(module for module, imported in graph.items() if "rebalancer.cli" in imported)
+    assert importers == []
+
+
+def _annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+    args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg]
+    return [arg.annotation for arg in args if arg is not None and arg.annotation is not None] + (
+        [node.returns] if node.returns is not None else []
+    )
+
+
+def test_no_function_passes_a_dict_of_any_outside_the_json_boundary() -> None:
+    loose = re.compile(r"\b(dict|Mapping|MutableMapping)\[str, Any\]")
+    found = []
+    for path in sorted(PIPELINE.rglob("*.py")):
+        name = str(path.relative_to(PIPELINE))
+        if name in JSON_BOUNDARY:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if any(loose.search(ast.unparse(annotation)) for annotation in _annotations(node)):
+                    found.append(f"{name}:{node.lineno} {node.name}")
+    assert found == []
+
+
+@pytest.mark.parametrize("field", ["partitions", "partitioning"])
+def test_a_field_is_checked_in_one_place(field: str) -> None:
+    message = re.compile(rf"\b{field} must\b")
+    places = [
+        str(path.relative_to(PIPELINE))
+        for path in sorted(PIPELINE.rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if message.search(line)
+    ]
+    assert len(places) == 1, places
+
+
+def _documented_names() -> list[str]:
+    pages = [*(REPO / "docs").rglob("*.md"), REPO / "README.md", REPO / "CONTRIBUTING.md"]
+    return sorted({m.group(0) for page in pages for m in re.finditer(r"rebalancer\.pipeline(?:\.\w+)+", page.read_text())})
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 1, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_every_name_the_docs_give_imports() -> None:
+    names = _documented_names()
+    assert "rebalancer.pipeline.session" in names and len(names) > 10
+    assert [name for name in names if not _resolves(name)] == []
+
+
+def test_the_tests_mirror_the_rooms() -> None:
+    here = TESTS / "pipeline"
+    rooms = {name for name in ORDER if not name.endswith(".py")}
+    folders = {path.name for path in here.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert folders == rooms
+    deeper = [str(path.relative_to(here)) for path in here.rglob("test_*.py") if len(path.relative_to(here).parts) > 2]
+    assert deeper == []
+    for folder in rooms:
+        assert list((here / folder).glob("test_*.py")), folder
+    names = [path.name for path in TESTS.rglob("test_*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []

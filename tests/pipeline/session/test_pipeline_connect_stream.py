@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from pipeline_data import BAD_ROWS, good_frame
-from test_pipeline_stop import LINE, assert_stopped_by_ctrl_c, interrupt_after_first_line
+from stop_helpers import LINE, assert_stopped_by_ctrl_c, interrupt_after_first_line
 
 CLI = [sys.executable, "-m", "rebalancer.cli"]
 ROWS_PER_FILE = 200
