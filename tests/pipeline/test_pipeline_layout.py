@@ -51,6 +51,7 @@ ORDER = (
     "compare_hash.py",
     "plan_from.py",
     "run_fields.py",
+    "resolved.py",
     "batch.py",
     "stream",
     "runner.py",
@@ -62,6 +63,7 @@ RANK = {room.removesuffix(".py"): rank for rank, room in enumerate(ORDER)}
 # Files read or written as JSON: the only functions that may pass `dict[str, Any]` along.
 JSON_BOUNDARY = {
     "outputs/summary.py",
+    "outputs/summary_files.py",
     "outputs/manifest.py",
     "stream/state.py",
     "apply/_store.py",
