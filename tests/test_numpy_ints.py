@@ -13,7 +13,7 @@ import pytest
 from rebalancer._numbers import is_int
 from rebalancer.pipeline.checks import check_int, check_partitions, check_seconds
 from rebalancer.pipeline.generate import GenerateConfig
-from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.resolved import RunRequest
 from rebalancer.pipeline.stream.state import StreamConfig
 
 NUMPY_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]

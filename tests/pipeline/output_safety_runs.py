@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.resolved import RunRequest
 
 # What a batch run writes: each file's text is the run's tag, so a tree says which run it holds.
 RUN_FILES = (

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from pipeline_data import EXPECTED_REASONS, read_metrics, reference_metrics
 
-from rebalancer.pipeline.batch import count_input, run_batch
+from rebalancer.pipeline.batch import run_batch
+from rebalancer.pipeline.core import count_input
 from rebalancer.pipeline.handler.dispatch import SLOT_KEY, dispatch
 from rebalancer.pipeline.ingest.classify import accepted_rows, classify
 from rebalancer.pipeline.ingest.files import read_raw

@@ -20,8 +20,9 @@ from rebalancer._extras import MissingExtraError
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.ingest.inspect import inspect_input
 from rebalancer.pipeline.kafka.telemetry import parse_kafka_url
+from rebalancer.pipeline.outputs.summary import RunSummary
+from rebalancer.pipeline.resolved import RunRequest
 from rebalancer.pipeline.routing.handler_map import Pipeline
-from rebalancer.pipeline.runner import RunRequest, RunSummary
 from rebalancer.pipeline.stream.state import StreamConfig
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.resolved import RunRequest
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))  # the console script, as a user runs it
 DEADLINE_S = 120

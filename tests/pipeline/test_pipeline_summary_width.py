@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from rebalancer.pipeline.batch import wall_comparison
+from rebalancer.pipeline.compare_hash import wall_comparison
 from rebalancer.pipeline.outputs.summary import RunSummary
 from rebalancer.pipeline.terminal import fit, print_summary
 

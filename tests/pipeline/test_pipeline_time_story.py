@@ -11,9 +11,10 @@ from rich.console import Console
 
 import rebalancer.pipeline.outputs.report as report
 from rebalancer.cli import main
-from rebalancer.pipeline.batch import pass_wall, wall_comparison
+from rebalancer.pipeline.compare_hash import pass_wall, wall_comparison
+from rebalancer.pipeline.outputs.summary import RunSummary
 from rebalancer.pipeline.plan.slots import SlotPlan
-from rebalancer.pipeline.runner import RunRequest, RunSummary
+from rebalancer.pipeline.resolved import RunRequest
 from rebalancer.pipeline.terminal import print_summary
 
 

@@ -24,7 +24,8 @@ import pytest
 
 from rebalancer.pipeline.generate import GenerateConfig, make_frame
 from rebalancer.pipeline.kafka.telemetry import encode_events, produce_events
-from rebalancer.pipeline.runner import RunRequest, run
+from rebalancer.pipeline.resolved import RunRequest
+from rebalancer.pipeline.runner import run
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -12,22 +12,14 @@ from typing import TYPE_CHECKING
 
 from rebalancer import __version__
 from rebalancer.balance.metrics import max_over_median
-from rebalancer.pipeline.compare_hash import COMPARED_STAGES, hash_wall, pass_wall, wall_comparison
-from rebalancer.pipeline.core import (  # re-exported: callers import them from here
-    InputCounts,
-    PassTarget,
-    Progress,
-    builtin_calls,
-    count_input,
-    run_pass,
-)
+from rebalancer.pipeline.compare_hash import hash_wall
+from rebalancer.pipeline.core import InputCounts, PassTarget, Progress, builtin_calls, run_pass
 from rebalancer.pipeline.ingest.contract import SKEW_DIGITS
 from rebalancer.pipeline.ingest.files import read_raw
 from rebalancer.pipeline.outputs.claim import one_group_run_per_output
 from rebalancer.pipeline.outputs.manifest import GroupRange
 from rebalancer.pipeline.outputs.summary import BatchFigures, GroupSection, RunSummary
 from rebalancer.pipeline.outputs.summary_files import summarise_and_write
-from rebalancer.pipeline.paths import write_json
 from rebalancer.pipeline.plan.slots import Item, SlotPlan, hash_plan, make_plan, plan_items
 from rebalancer.pipeline.plan_from import ReusedPlan, previous_run
 from rebalancer.pipeline.resolved import ResolvedRun, RunHooks, RunRequest, resolve_run
@@ -43,15 +35,8 @@ if TYPE_CHECKING:
     from rebalancer.pipeline.sinks.outputs import SinkSection
 
 __all__ = [
-    "COMPARED_STAGES",
-    "InputCounts",
-    "builtin_calls",
-    "count_input",
     "drive_batch",
-    "pass_wall",
     "run_batch",
-    "wall_comparison",
-    "write_json",
 ]
 
 log = logging.getLogger(__name__)

@@ -21,15 +21,16 @@ from rebalancer.pipeline.ingest.contract import FORMATS
 from rebalancer.pipeline.kafka.commands import add_produce_parser
 from rebalancer.pipeline.outputs.claim import one_group_run_per_output
 from rebalancer.pipeline.paths import is_remote, local_path
+from rebalancer.pipeline.resolved import field_defaults
 from rebalancer.pipeline.run_fields import SETTINGS
-from rebalancer.pipeline.runner import field_defaults
 from rebalancer.pipeline.sinks.commands import add_postgres_parser
 from rebalancer.pipeline.terminal import print_summary, stages
 
 if TYPE_CHECKING:
     from rebalancer.pipeline.ingest.contract import Input
     from rebalancer.pipeline.kafka.telemetry import KafkaInput
-    from rebalancer.pipeline.runner import RunRequest, RunSummary
+    from rebalancer.pipeline.outputs.summary import RunSummary
+    from rebalancer.pipeline.resolved import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from rebalancer.pipeline.ingest.files import parse_columns
     from rebalancer.pipeline.outputs.check import check_output, check_writable
-    from rebalancer.pipeline.runner import RunRequest, resolve_input
+    from rebalancer.pipeline.resolved import RunRequest, resolve_input
 
     master = session_master(args.master, getattr(args, "remote", None))
     _require_extras(master, args.sink)  # before any work; a kafka:// input's, by RunRequest

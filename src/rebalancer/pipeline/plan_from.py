@@ -90,7 +90,7 @@ def load_plan(source: str | Path, partitions: int, spark: SparkSession | None = 
     """The plan of `source` (a plan.json, a `balanced_apply` PlanStore's file, or a directory holding
     either), asked for explicitly: anything that keeps it from being used is a ValueError naming the
     file, never a silent fresh plan. A remote URI is read through `spark`'s Hadoop FileSystem."""
-    from rebalancer.pipeline.apply._store import is_store_file
+    from rebalancer.pipeline.apply import is_store_file
 
     path = output_path(source, spark)
     if path.is_dir():
@@ -121,7 +121,7 @@ def _store_items(path: OutputPath, saved: dict[str, Any], partitions: int) -> di
     """A `balanced_apply` plan store keyed by one column, as the pipeline's items: its keys are the
     types. A text key is the type; an int key the text Spark's cast gives it; a null key is no type
     (such rows are quarantined), so it is left out."""
-    from rebalancer.pipeline.apply._store import stored_plan
+    from rebalancer.pipeline.apply import stored_plan
 
     try:
         columns, made_for, owner = stored_plan(saved)

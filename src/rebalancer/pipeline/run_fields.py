@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rebalancer._numbers import is_int, is_number, parse_float, parse_int, shown
 from rebalancer._secrets import shown_location
-from rebalancer.pipeline.apply._items import COSTS
+from rebalancer.pipeline.apply import COSTS
 from rebalancer.pipeline.checks import COUNT_MAX, SECONDS_MAX, check_int, check_partitions
 from rebalancer.pipeline.handler.dispatch import PARTITIONINGS
 from rebalancer.pipeline.ingest.contract import FORMATS, Input, column_mapping

@@ -15,11 +15,11 @@ from rebalancer.pipeline.batch import drive_batch
 from rebalancer.pipeline.outputs.claim import one_group_run_per_output
 from rebalancer.pipeline.outputs.summary import RunSummary
 from rebalancer.pipeline.outputs.swap import run_outputs
-from rebalancer.pipeline.resolved import RunHooks, RunRequest, field_defaults, resolve_input, resolve_run
+from rebalancer.pipeline.resolved import RunHooks, RunRequest, resolve_run
 from rebalancer.pipeline.stream.driver import drive_stream
 
 # RunRequest and RunSummary are documented under this module's name, as is resolve_input.
-__all__ = ["RunRequest", "RunSummary", "field_defaults", "resolve_input", "run"]
+__all__ = ["run"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -24,7 +24,8 @@ from rebalancer.pipeline.generate import GenerateConfig, make_frame
 from rebalancer.pipeline.kafka._options import parse_options
 from rebalancer.pipeline.kafka._topic import plan_group_read
 from rebalancer.pipeline.kafka.telemetry import encode_events, produce_events
-from rebalancer.pipeline.runner import RunRequest, run
+from rebalancer.pipeline.resolved import RunRequest
+from rebalancer.pipeline.runner import run
 from rebalancer.testing import MockKafkaCluster
 
 _groups = itertools.count()

@@ -28,7 +28,8 @@ from rebalancer.pipeline.generate import GenerateConfig, make_frame
 from rebalancer.pipeline.kafka._options import parse_options
 from rebalancer.pipeline.kafka._topic import plan_group_read
 from rebalancer.pipeline.kafka.telemetry import encode_events, parse_kafka_url, plan_group_run
-from rebalancer.pipeline.runner import RunRequest, run
+from rebalancer.pipeline.resolved import RunRequest
+from rebalancer.pipeline.runner import run
 
 _groups = itertools.count()
 GUARD_S = 300  # a hang guard, never a timing assertion

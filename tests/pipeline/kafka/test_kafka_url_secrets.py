@@ -189,7 +189,7 @@ def test_an_encoded_at_in_an_option_value_followed_by_a_slash_is_no_user_info():
 
 # Finding F7b: a user name alone (librdkafka flags sasl.username sensitive) was shown.
 def test_a_user_name_alone_is_masked_in_errors_and_reprs():
-    from rebalancer.pipeline.runner import RunRequest
+    from rebalancer.pipeline.resolved import RunRequest
 
     with pytest.raises(ValueError) as info:
         parse_kafka_url(f"kafka://{SECRET}@127.0.0.1:9/t")
@@ -267,7 +267,7 @@ def test_the_cli_refuses_a_file_uri_with_a_password_in_one_line_without_it(tmp_p
 
 # Issue 42 item 15: RunRequest's repr showed the input's secret options and an output's password.
 def test_the_repr_of_a_run_request_masks_every_location():
-    from rebalancer.pipeline.runner import RunRequest
+    from rebalancer.pipeline.resolved import RunRequest
 
     request = RunRequest(
         input=f"kafka://h:9092/t?kafka.sasl.password={SECRET}1&kafka.ssl.key.pem={SECRET}2&group=g",
@@ -288,7 +288,7 @@ def test_the_repr_of_a_run_request_masks_every_location():
 
 
 def test_the_repr_of_a_run_request_masks_an_inspected_input():
-    from rebalancer.pipeline.runner import RunRequest
+    from rebalancer.pipeline.resolved import RunRequest
 
     spec = InputSpec(path=Path("/data"), format="csv", files=(Path("/data/a.csv"),), uri=f"ftp://bob:{SECRET}@h/data")
     assert repr(spec) == (
@@ -305,7 +305,7 @@ def test_the_repr_of_a_run_request_masks_an_inspected_input():
 @pytest.mark.parametrize("fields", [{"checkpoint": f"ftp://u:{SECRET}@h/c"},
                                     {"plan_from": f"ftp://u:{SECRET}@h/p", "stream": True}])
 def test_a_run_request_refusing_a_location_hides_its_password(fields):
-    from rebalancer.pipeline.runner import RunRequest
+    from rebalancer.pipeline.resolved import RunRequest
 
     with pytest.raises(ValueError) as info:
         RunRequest(input="in", output="o", **fields)

@@ -19,7 +19,7 @@ from output_safety_runs import fake_run, tree
 
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.outputs.mode import OUTPUT_MODES
-from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.resolved import RunRequest
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))
 OLD_OUTPUT = [

@@ -25,7 +25,7 @@ import rebalancer.pipeline.outputs.recover as _output_recover
 import rebalancer.pipeline.outputs.swap as _output_swap
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.outputs.mode import OUTPUT_MODES, check_run_outputs, claim_spark_log
-from rebalancer.pipeline.runner import RunRequest
+from rebalancer.pipeline.resolved import RunRequest
 
 HERE = Path(__file__).parent.parent  # the helpers sit in tests/pipeline
 EXE = str(Path(sys.executable).with_name("rebalancer"))

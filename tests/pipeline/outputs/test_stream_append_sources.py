@@ -16,7 +16,8 @@ from output_safety_runs import tree
 
 from rebalancer.pipeline.generate import GenerateConfig, generate
 from rebalancer.pipeline.outputs.fs import location_key
-from rebalancer.pipeline.runner import RunRequest, run
+from rebalancer.pipeline.resolved import RunRequest
+from rebalancer.pipeline.runner import run
 
 EXE = str(Path(sys.executable).with_name("rebalancer"))
 

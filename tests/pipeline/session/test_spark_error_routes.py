@@ -57,7 +57,7 @@ SINK_FAILURE = (
 
 def test_a_sink_task_failure_is_the_cause_with_all_its_lines_and_the_password_masked():
     pytest.importorskip("psycopg")
-    from rebalancer.pipeline.sinks.postgres import _python_error, _redacted_text
+    from rebalancer.pipeline.sinks._pg_url import _python_error, _redacted_text
 
     reason = _python_error(Exception(SINK_FAILURE))
     assert reason == (  # the password is masked where the reason is made (issue 42's secrets)

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from rebalancer.pipeline.sinks import Output, PostgresSink, SinkError
+from rebalancer.pipeline.sinks._pg_types import pg_type
 from rebalancer.pipeline.sinks.outputs import with_row_key
-from rebalancer.pipeline.sinks.postgres import pg_type
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 ROWS = 1000
@@ -296,8 +296,8 @@ def test_every_storable_spark_type_round_trips_through_binary_copy(spark, postgr
 
 
 def test_the_summary_counts_direct_rows_and_refused_tasks_per_table_on_top_of_saved_totals():
+    from rebalancer.pipeline.sinks._pg_types import TableWrite
     from rebalancer.pipeline.sinks.outputs import _add
-    from rebalancer.pipeline.sinks.postgres import TableWrite
 
     # A stream's totals as a state saved before `direct` and `refused` were counted.
     section = {"tables": {"metrics": {"rows": 10, "changed": 10}}, "seconds": 1.0}

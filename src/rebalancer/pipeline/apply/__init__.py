@@ -15,14 +15,16 @@ with the pipeline's handlers.
 """
 
 from rebalancer.pipeline.apply._call import balanced_apply, parse_schema
-from rebalancer.pipeline.apply._items import ApplyItem
+from rebalancer.pipeline.apply._func import check_one_argument, func_form
+from rebalancer.pipeline.apply._items import COSTS, ApplyItem
 from rebalancer.pipeline.apply._key_plan import ApplyPlan, KeyCost, plan_keys
 from rebalancer.pipeline.apply._result import BalancedApply, TaskStats, wait_per_row
 from rebalancer.pipeline.apply._slot_columns import LOOKUP_ITEMS
-from rebalancer.pipeline.apply._store import STORE_VERSION, PlanStore
+from rebalancer.pipeline.apply._store import STORE_VERSION, PlanStore, is_store_file, stored_plan
 from rebalancer.pipeline.clock import TaskClock, own_clock, queued_seconds
 
 __all__ = [
+    "COSTS",
     "LOOKUP_ITEMS",
     "STORE_VERSION",
     "ApplyItem",
@@ -33,9 +35,13 @@ __all__ = [
     "TaskClock",
     "TaskStats",
     "balanced_apply",
+    "check_one_argument",
+    "func_form",
+    "is_store_file",
     "own_clock",
     "parse_schema",
     "plan_keys",
     "queued_seconds",
+    "stored_plan",
     "wait_per_row",
 ]

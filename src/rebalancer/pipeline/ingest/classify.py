@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rebalancer.pipeline.ingest.contract import (  # re-exported: callers import them from here
-    NOT_JSON_COLUMN,
-    REQUIRED_COLUMNS,
-)
+from rebalancer.pipeline.ingest.contract import NOT_JSON_COLUMN, REQUIRED_COLUMNS
 from rebalancer.pipeline.ingest.contract import (
     REASONS as REASONS,
 )

@@ -13,11 +13,7 @@ from rebalancer._secrets import masked_repr, masked_url
 from rebalancer.pipeline.ingest.contract import (
     REASONS as REASONS,
 )
-from rebalancer.pipeline.ingest.contract import (  # re-exported: callers import them from here
-    REQUIRED_COLUMNS,
-    column_mapping,
-    text_schema,
-)
+from rebalancer.pipeline.ingest.contract import REQUIRED_COLUMNS, column_mapping, text_schema
 from rebalancer.pipeline.paths import split_uri
 
 if TYPE_CHECKING:

@@ -12,11 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebalancer._secrets import masked_url
-from rebalancer.pipeline.ingest.contract import (  # re-exported: callers import them from here
-    FORMATS,
-    REQUIRED_COLUMNS,
-    column_mapping,
-)
+from rebalancer.pipeline.ingest.contract import FORMATS, REQUIRED_COLUMNS, column_mapping
 from rebalancer.pipeline.ingest.contract import (
     REASONS as REASONS,
 )

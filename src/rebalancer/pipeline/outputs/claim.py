@@ -34,8 +34,7 @@ from rebalancer.pipeline.kafka.telemetry import group_source
 from rebalancer.pipeline.outputs.manifest import GROUP_LOCK as LOCK_NAME
 from rebalancer.pipeline.paths import local_path
 
-__all__ = [
-    "LOCK_NAME", "GroupBusyError", "claim_output", "group_claim", "lock_path", "one_group_run_per_output"
+__all__ = [ "GroupBusyError", "claim_output", "group_claim", "lock_path", "one_group_run_per_output"
 ]
 
 P = ParamSpec("P")

@@ -19,12 +19,8 @@ from rebalancer.pipeline.sinks.outputs import SinkSection
 __all__ = [
     "BatchFigures",
     "GroupSection",
-    "HandlerTotals",
     "PlanReuse",
-    "RoutingTotals",
-    "RowCounts",
     "RunSummary",
-    "SinkSection",
     "StreamFigures",
     "WallComparison",
 ]

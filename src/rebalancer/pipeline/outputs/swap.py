@@ -29,7 +29,7 @@ import secrets
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +47,7 @@ from rebalancer.pipeline.outputs.mode import (
     refuse_role,
 )
 from rebalancer.pipeline.outputs.recover import recover, roll_back
+from rebalancer.pipeline.session.quiet import sigint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,10 +86,8 @@ def _kept_log(state: DirState, fs: RunFS) -> set[str]:
     return {SPARK_LOG} if SPARK_LOG in state.owned or _our_log(fs, location) else set()
 
 
-def _sigint_ignored() -> Any:
-    from rebalancer.pipeline.stream.query import _sigint
-
-    return _sigint(signal.SIG_IGN)  # a second Ctrl-C must not cut putting the previous run back
+def _sigint_ignored() -> AbstractContextManager[None]:
+    return sigint(signal.SIG_IGN)  # a second Ctrl-C must not cut putting the previous run back
 
 
 class _Swap:

@@ -103,7 +103,7 @@ class Pipeline:
         or of one `split_by` shard of a hot type, and returns rows of `schema`. `key` is its
         table's primary key in a database sink (default: its string, date and timestamp columns).
         """
-        from rebalancer.pipeline.apply._func import check_one_argument, func_form
+        from rebalancer.pipeline.apply import check_one_argument, func_form
 
         patterns = (pattern,) if isinstance(pattern, str) else tuple(pattern)
         if not patterns or not all(isinstance(p, str) and p for p in patterns):

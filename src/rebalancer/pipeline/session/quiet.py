@@ -17,10 +17,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from rebalancer._secrets import MaskedFormatter
 from rebalancer.pipeline.session.connect import is_connect
@@ -194,3 +195,16 @@ def _cancel_jobs(spark: SparkSession) -> None:
             spark.sparkContext.cancelAllJobs()
     except Exception as exc:  # the session is stopping already: nothing left to cancel
         log.debug("cancelling Spark's jobs after Ctrl-C: %s", exc)
+
+
+@contextmanager
+def sigint(handler: Callable[[int, FrameType | None], Any] | int | signal.Handlers | None) -> Iterator[None]:
+    """`handler` for SIGINT for the duration, where this thread may set it (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

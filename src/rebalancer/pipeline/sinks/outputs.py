@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from rebalancer.pipeline.sinks.postgres import DEFAULT_SCHEMA, Output, PostgresSink, TableWrite
+from rebalancer.pipeline.sinks._pg_types import DEFAULT_SCHEMA, Output, TableWrite
+from rebalancer.pipeline.sinks.postgres import PostgresSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -37,12 +37,9 @@ from rebalancer.pipeline.sinks._copy import (
     upsert_statement,
 )
 from rebalancer.pipeline.sinks._pg_types import (
-    ARROW_BATCH_CONF,
     ARROW_BATCH_ROWS,
     BATCHES_TABLE,
     DEFAULT_SCHEMA,
-    MAX_IDENTIFIER,
-    STAGE_PREFIX,
     Output,
     SinkError,
     TableWrite,
@@ -51,12 +48,10 @@ from rebalancer.pipeline.sinks._pg_types import (
     _first_line,
     _incompatibility,
     _stage_prefix,
-    pg_type,
     table_columns,
 )
 from rebalancer.pipeline.sinks._pg_url import (
     SCHEMES,
-    SECRET_FIELDS,
     _display_url,
     _masked_conninfo,
     _python_error,
@@ -74,22 +69,7 @@ log = logging.getLogger(__name__)
 
 
 __all__ = [
-    "ARROW_BATCH_CONF",
-    "ARROW_BATCH_ROWS",
-    "BATCHES_TABLE",
-    "DEFAULT_SCHEMA",
-    "MAX_IDENTIFIER",
-    "SCHEMES",
-    "SECRET_FIELDS",
-    "STAGE_PREFIX",
-    "Output",
     "PostgresSink",
-    "SinkError",
-    "TableWrite",
-    "_python_error",
-    "_redacted_text",
-    "pg_type",
-    "table_columns",
 ]
 
 

@@ -18,13 +18,13 @@ from rebalancer.pipeline.outputs.summary import RunSummary, StreamFigures, routi
 from rebalancer.pipeline.outputs.summary_files import summarise_and_write
 from rebalancer.pipeline.resolved import ResolvedRun, RunHooks, RunRequest, StreamSettings, resolve_run
 from rebalancer.pipeline.session.build import is_connect, pipeline_conf
+from rebalancer.pipeline.session.quiet import sigint
 from rebalancer.pipeline.stream.processor import BatchProcessor
 from rebalancer.pipeline.stream.query import (
     MISSING_ON_SERVER,
     NOT_ON_CONNECT_SERVER,
     _ConnectProgress,
     _QueryWaiter,
-    _sigint,
     stopped_after_batches,
 )
 from rebalancer.pipeline.stream.state import BatchProgress, StreamConfig, StreamData, StreamState
@@ -204,7 +204,7 @@ def _drive_stream(run: ResolvedRun, hooks: RunHooks, spark: SparkSession) -> Run
             log.info("interrupted: stopping the query")
             if quiet is None:  # the batch in flight fails as it is cancelled: expected now
                 quiet = _QuietStop(spark).__enter__()
-            with _sigint(signal.SIG_IGN):  # a second Ctrl-C must not cut a Py4J call in half
+            with sigint(signal.SIG_IGN):  # a second Ctrl-C must not cut a Py4J call in half
                 query.stop()
                 waiter.ended.wait()
         elif waiter.failure is not None:

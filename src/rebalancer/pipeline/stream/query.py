@@ -8,10 +8,10 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rebalancer.pipeline.session.quiet import sigint
 from rebalancer.pipeline.stream.state import (
     PROGRESS_KEPT,
     BatchProgress,
@@ -151,7 +151,7 @@ class _QueryWaiter:
             return False
         previous = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         try:
-            with _sigint(signal.default_int_handler):
+            with sigint(signal.default_int_handler):
                 while not self.ended.is_set():
                     select.select([self._read_fd], [], [])
                     self._drain()
@@ -175,16 +175,3 @@ class _QueryWaiter:
             os.close(self._read_fd)
             os.close(self._write_fd)
             self._read_fd = self._write_fd = -1
-
-
-@contextmanager
-def _sigint(handler: Any) -> Iterator[None]:
-    """`handler` for SIGINT for the duration, where this thread may set it (the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
