@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from rebalancer.cli import main
+from rebalancer._command import main
 
 if __name__ == "__main__":
     sys.exit(main(["pipeline", *sys.argv[1:]]))

@@ -92,6 +92,6 @@ def shipped(spark: SparkSession) -> Iterator[Path]:
 
 
 if __name__ == "__main__":  # `python -m rebalancer.pipeline.ship DEST`, as before: the command's
-    from rebalancer.cli import main
+    from rebalancer._command import main
 
     sys.exit(main(["pipeline", "ship", *sys.argv[1:]]))

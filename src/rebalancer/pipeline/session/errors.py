@@ -1,0 +1,47 @@
+"""A Spark failure no command turned into its own words, explained in one line for the command
+(`rebalancer._command` looks this module up by name once PySpark is loaded).
+
+The cause goes in the line; the traceback goes in Spark's log when the run has one, or above the
+line at -v. -v adds the traceback and changes nothing else: the same last line, the same exit code.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from rebalancer._command import Explained, imported_errors
+from rebalancer._secrets import masked_text
+from rebalancer.pipeline.session.build import spark_error_reason
+from rebalancer.pipeline.session.quiet import jvm_log_file
+
+__all__ = ["explain", "log_note", "spark_errors"]
+
+
+def spark_errors() -> tuple[type[BaseException], ...]:
+    """PySpark's and Py4J's base errors, of those already imported."""
+    return imported_errors(("pyspark.errors", "PySparkException"), ("py4j.protocol", "Py4JError"))
+
+
+def explain(exc: BaseException, verbose: int) -> Explained | None:
+    """`Spark: <cause>` for a PySpark or Py4J error, else None."""
+    if not isinstance(exc, spark_errors()):
+        return None
+    if verbose:
+        return Explained(f"Spark: {spark_error_reason(exc)}", traceback=True)
+    note = log_note(exc) or " (-v shows the traceback)"
+    return Explained(f"Spark: {spark_error_reason(exc)}{note}")
+
+
+def log_note(exc: BaseException | None) -> str:
+    """" (Spark's log: PATH)" when this process started a JVM that logs to a file (a pipeline run
+    without -v), else "". `exc`'s traceback is appended to that file: nothing is lost by the one line."""
+    path = jvm_log_file()
+    if path is None:
+        return ""
+    if exc is not None:
+        try:
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(masked_text("".join(traceback.format_exception(exc))))
+        except OSError:
+            pass  # the line still names the log, which has Spark's side of the failure
+    return f" (Spark's log: {path})"
