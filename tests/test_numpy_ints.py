@@ -1,7 +1,7 @@
 """Finding: `RunRequest(partitions=np.int64(5))` was refused (`partitions must be an int in 1..10000,
 got np.int64(5)`), and so was every integer of StreamConfig, GenerateConfig, balanced_apply's
 checks, ProducerConfig's integer keys and the test clusters' checks. numpy's integers are integers:
-one rule (`rebalancer._numbers.is_int`) accepts them everywhere and each is stored as a plain int;
+one rule (`rebalancer.balance.checks.is_int`) accepts them everywhere and each is stored as a plain int;
 a bool, numpy's included, stays refused. No Spark, no broker: the checks alone.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rebalancer._numbers import is_int
+from rebalancer.balance.checks import is_int
 from rebalancer.pipeline.checks import check_int, check_partitions, check_seconds
 from rebalancer.pipeline.generate import GenerateConfig
 from rebalancer.pipeline.resolved import RunRequest

@@ -15,13 +15,11 @@ imports nothing of ours).
 from __future__ import annotations
 
 import math
-import numbers
 import re
 import reprlib
 import sys
-from typing import TypeGuard
 
-__all__ = ["ASCII_WHITESPACE", "is_int", "is_number", "parse_float", "parse_int", "shown"]
+__all__ = ["ASCII_WHITESPACE", "parse_float", "parse_int", "shown"]
 
 ASCII_WHITESPACE = " \t\n\r\v\f"
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
@@ -32,18 +30,6 @@ _FLOAT = re.compile(
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
-
-
-def is_int(value: object) -> TypeGuard[int]:  # numpy's compare and convert as an int does
-    """An integer: an int or numpy's (`np.int64(5)` is a count as 5 is), never a bool (True is no
-    count; numpy's bool is no Integral). `rebalancer.balance.checks.is_int` is this rule for `balance`,
-    which imports nothing of ours. Callers store `int(value)`: a plain int from then on."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> TypeGuard[float]:
-    """A real number (int, float, or numpy's), never a bool; not checked for being finite."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def shown(value: object, *, secret: bool = False) -> str:

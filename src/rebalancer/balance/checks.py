@@ -1,5 +1,5 @@
 """Validation shared by the planners, the metrics and the packages that use `balance` (shedding,
-consumers): what a real number and an int are, and the array checks every planner input passes.
+consumers, and through them produce, pipeline and testing): what a real number and an int are, and the array checks every planner input passes.
 
 Imports nothing else of ours, so any package may use it.
 """
@@ -7,6 +7,7 @@ Imports nothing else of ours, so any package may use it.
 from __future__ import annotations
 
 import math
+import numbers
 import reprlib
 from collections.abc import Sequence
 from typing import TypeGuard
@@ -25,9 +26,15 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
 _REPR.maxstring = _REPR.maxother = 60
 
 
-def is_int(value: object) -> TypeGuard[int | np.integer]:
-    """An int (numpy's too), not a bool: True is not a count."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+def is_int(value: object) -> TypeGuard[int]:
+    """An integer: an int or numpy's (`np.int64(5)` is a count as 5 is), never a bool (True is no
+    count; numpy's bool is no Integral). The one rule for every package: callers store `int(value)`."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[float]:
+    """A real number (int, float, or numpy's), never a bool; not checked for being finite."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def is_real(value: object) -> bool:

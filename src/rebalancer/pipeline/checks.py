@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from rebalancer._numbers import is_int, is_number
+from rebalancer.balance.checks import is_int, is_number
 
 __all__ = [
     "COUNT_MAX",

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rebalancer._numbers import is_int, is_number, parse_float, parse_int, shown
+from rebalancer._numbers import parse_float, parse_int, shown
 from rebalancer._secrets import shown_location
+from rebalancer.balance.checks import is_int, is_number
 from rebalancer.pipeline.apply import COSTS
 from rebalancer.pipeline.checks import COUNT_MAX, SECONDS_MAX, check_int, check_partitions
 from rebalancer.pipeline.handler.dispatch import PARTITIONINGS

@@ -14,8 +14,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rebalancer._numbers import ASCII_WHITESPACE, is_int, shown
+from rebalancer._numbers import ASCII_WHITESPACE, shown
 from rebalancer._secrets import SECRET_KEY_WORDS, refuse_servers_login
+from rebalancer.balance.checks import is_int
 from rebalancer.produce.aiokafka_adapter import broker_address
 from rebalancer.produce.codecs import parse_compression
 from rebalancer.produce.collector_config import CollectorConfig

@@ -15,10 +15,11 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rebalancer._numbers import is_int, is_number, parse_float, shown
+from rebalancer._numbers import parse_float, shown
 from rebalancer._numbers import parse_int as parse_decimal
 from rebalancer._secrets import SECRET_KEYS as _LIBRDKAFKA_SECRET_KEYS
 from rebalancer._secrets import is_secret_key as _is_secret_key
+from rebalancer.balance.checks import is_int, is_number
 
 __all__ = [
     "INT32_MAX",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 
 from rebalancer._kafka_names import TOPIC_NAME_MAX, TOPIC_PARTITIONS_MAX, check_topic_name
-from rebalancer._numbers import is_int, is_number, shown
+from rebalancer._numbers import shown
+from rebalancer.balance.checks import is_int, is_number
 
 __all__ = [
     "API_KEY_MAX",
