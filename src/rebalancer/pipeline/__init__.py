@@ -5,10 +5,10 @@ The public names below load on first use, so `import rebalancer.pipeline` stays 
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rebalancer._extras import require_extra
+from rebalancer._lazy import lazy_exports
 
 require_extra("rebalancer.pipeline", "spark")
 
@@ -42,9 +42,4 @@ __all__ = [
     "run",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rebalancer.pipeline' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__getattr__ = lazy_exports("rebalancer.pipeline", _PUBLIC)
