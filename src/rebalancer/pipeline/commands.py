@@ -273,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rebalancer.pipeline.ingest.files import parse_columns
-    from rebalancer.pipeline.outputs.check import check_output, check_writable
+    from rebalancer.pipeline.outputs.check import check_output_location, check_writable
     from rebalancer.pipeline.resolved import RunRequest, resolve_input
 
     master = session_master(args.master, getattr(args, "remote", None))
@@ -298,7 +298,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if local is None:  # a remote one is the run's to check, through Spark
             continue
         if label == "output" and local.is_file() and args.input is not None:
-            continue  # check_output names it against the given input ("is the input file"), before Spark
+            continue  # check_output_location names it against the given input ("is the input file"), before Spark
         check_writable(label, local)  # before any work: a sample generated, Spark started
     console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
     quiet = getattr(args, "quiet", False)
@@ -325,7 +325,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if spec is not None and not is_remote(args.output) and not is_remote(checkpoint):
         # A remote location is checked by the run, through Spark.
         reports = None if is_remote(request.report_dir) else request.report_dir
-        check_output(args.output, spec, checkpoint, report_dir=reports)
+        check_output_location(args.output, spec, checkpoint, report_dir=reports)
     request.check_output()  # --mode: a local output already holding a run is refused before Spark starts
     from rebalancer.pipeline.sinks import open_sink
 

@@ -291,13 +291,13 @@ def resolve_run(
     (`run`; `run_batch` and `run_stream` apply no mode). `stream` adds a `StreamConfig`'s own settings;
     `plan` is a plan already loaded; `output_name` the output the summary names, if not the output."""
     from rebalancer.pipeline.ingest.files import input_name
-    from rebalancer.pipeline.outputs.check import check_output
+    from rebalancer.pipeline.outputs.check import check_output_location
     from rebalancer.pipeline.session.build import default_parallelism
 
     spec = resolve_input(request, spark)
     if request.stream and spec.files and not spec.is_directory():  # type: ignore[attr-defined]  # a topic has no files
         raise ValueError(f"streaming needs an input directory, got a file: {input_name(spec)}")
-    check_output(request.output, spec, request.checkpoint_location, spark, request.report_dir)
+    check_output_location(request.output, spec, request.checkpoint_location, spark, request.report_dir)
     partitions = request.partitions if request.partitions is not None else default_parallelism(spark)
     if plan is None and request.plan_from is not None and not request.stream:
         plan = request.loaded_plan(partitions) or load_plan(request.plan_from, partitions, spark)

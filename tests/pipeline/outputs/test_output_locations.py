@@ -225,14 +225,14 @@ def test_the_cli_refuses_a_report_dir_overlapping_the_input(tmp_path: Path, repo
 
 def test_the_library_checks_a_report_dir_against_the_input(tmp_path: Path) -> None:
     from rebalancer.pipeline.ingest.inspect import inspect_input
-    from rebalancer.pipeline.outputs.check import check_output
+    from rebalancer.pipeline.outputs.check import check_output_location
 
     generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
     spec = inspect_input(tmp_path / "data")
     with pytest.raises(ValueError) as caught:
-        check_output(tmp_path / "out", spec, report_dir=tmp_path / "data" / "r")
+        check_output_location(tmp_path / "out", spec, report_dir=tmp_path / "data" / "r")
     assert str(caught.value) == f"report-dir {tmp_path / 'data' / 'r'} overlaps the input {tmp_path / 'data'}"
-    check_output(tmp_path / "out", spec, report_dir=tmp_path / "reports")  # apart: fine
+    check_output_location(tmp_path / "out", spec, report_dir=tmp_path / "reports")  # apart: fine
 
 
 @pytest.mark.spark
@@ -406,17 +406,17 @@ def test_an_unwritable_location_is_refused_before_spark_starts(tmp_path: Path, f
 
 @pytest.mark.skipif(not UNWRITABLE.is_dir(), reason="needs Linux's /proc")
 def test_the_library_refuses_an_unwritable_location_before_the_run(tmp_path: Path) -> None:
-    """`run()` checks through `check_output`, the CLI's check: the same words, before any work."""
+    """`run()` checks through `check_output_location`, the CLI's check: the same words, before any work."""
     from rebalancer.pipeline.ingest.inspect import inspect_input
-    from rebalancer.pipeline.outputs.check import check_output
+    from rebalancer.pipeline.outputs.check import check_output_location
 
     generate(GenerateConfig(events=200, types=3, files=1), tmp_path / "data")
     spec = inspect_input(tmp_path / "data")
     with pytest.raises(ValueError) as refused:
-        check_output(tmp_path / "out", spec, report_dir=UNWRITABLE / "r")
+        check_output_location(tmp_path / "out", spec, report_dir=UNWRITABLE / "r")
     assert str(refused.value) == "report-dir: cannot create /proc/self/r: /proc/self is not writable"
     with pytest.raises(ValueError) as refused:
-        check_output(tmp_path / "out", spec, tmp_path / "cp", report_dir=None)
-        check_output(UNWRITABLE, spec)
+        check_output_location(tmp_path / "out", spec, tmp_path / "cp", report_dir=None)
+        check_output_location(UNWRITABLE, spec)
     assert str(refused.value) == "output /proc/self is not writable"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

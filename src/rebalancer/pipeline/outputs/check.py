@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 @masks_errors  # its messages name the output, input and checkpoint: a URI's password shows as ***
-def check_output(
+def check_output_location(
     out: str | Path | OutputPath,
     spec: InputSpec | Input,
     checkpoint: str | Path | OutputPath | None = None,
