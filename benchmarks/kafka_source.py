@@ -156,7 +156,7 @@ def downstream(frame) -> tuple[int, int, int, float]:
     groups' exact columns, the sum of values) for the two reads to agree on."""
     from pyspark.sql import functions as F
 
-    from rebalancer.pipeline.ingest.classify import accepted_rows, classify
+    from rebalancer.pipeline.ingest.classifier import accepted_rows, classify
     from rebalancer.pipeline.kafka.telemetry import to_telemetry
 
     metrics = (

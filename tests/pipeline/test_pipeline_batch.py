@@ -13,7 +13,7 @@ from pipeline_data import EXPECTED_REASONS, read_metrics, reference_metrics
 from rebalancer.pipeline.batch import run_batch
 from rebalancer.pipeline.core import count_input
 from rebalancer.pipeline.handler.dispatch import SLOT_KEY, dispatch
-from rebalancer.pipeline.ingest.classify import accepted_rows, classify
+from rebalancer.pipeline.ingest.classifier import accepted_rows, classify
 from rebalancer.pipeline.ingest.files import read_raw
 from rebalancer.pipeline.ingest.inspect import inspect_input
 from rebalancer.pipeline.plan.slots import Item, make_plan, plan_items, with_slot_key

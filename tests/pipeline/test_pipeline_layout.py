@@ -1,4 +1,4 @@
-"""Issue 43: the pipeline's house keeps its rules, which docs/architecture.md explains.
+"""Issue 43: the pipeline's house keeps its rules, which CONTRIBUTING.md ("The pipeline's house") explains.
 
 The rules, each a test below:
 1. `pipeline/` holds the rooms in `ORDER` and nothing else: a room is a subpackage or a root module.
@@ -19,6 +19,8 @@ import ast
 import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 import rebalancer.pipeline
 from import_graph import cycles, function_level_imports, import_graph
@@ -187,6 +189,61 @@ def test_no_module_only_re_exports() -> None:
         if not rest or "re-exported" in path.read_text():
             facades.append(str(path.relative_to(PIPELINE)))
     assert facades == []
+
+
+def _top_level_definitions(path: Path) -> set[str]:
+    """The names a module defines itself: functions, classes and assignments at its top level."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_a_name_from_another_room_comes_from_the_module_that_defines_it() -> None:
+    """Between rooms a name is imported from its home (or a package's lazy table), never passed on
+    by a module that imported it itself."""
+    passed_on = []
+    for module, line, target, name in _cross_room_imports():
+        path = SRC / (target.replace(".", "/") + ".py")
+        if not name or not path.exists() or (SRC / target.replace(".", "/") / f"{name}.py").exists():
+            continue  # a package (its __init__ exports lazily, checked below) or a submodule
+        if name not in _top_level_definitions(path):
+            passed_on.append(f"{module}:{line} takes {name} from {target}")
+    assert passed_on == []
+
+
+def test_a_package_exports_lazily_and_no_export_is_named_like_a_module() -> None:
+    """A lazy export named like one of the package's modules is hidden once that module is imported."""
+    found = []
+    for init in sorted(PIPELINE.rglob("__init__.py")):
+        package = init.parent
+        module = importlib.import_module(".".join(package.relative_to(SRC).parts))
+        eager = [node for node in ast.parse(init.read_text()).body if isinstance(node, ast.ImportFrom)
+                 and node.module and node.module.startswith(P)]
+        if eager:
+            found.append(f"{init.relative_to(PIPELINE)} imports {eager[0].module} on load")
+        submodules = {path.stem for path in package.glob("*.py")} | {path.name for path in package.iterdir() if path.is_dir()}
+        found += [f"{init.relative_to(PIPELINE)} exports {name}, a module's name" for name in getattr(module, "__all__", []) if name in submodules]
+        for name in getattr(module, "__all__", []):
+            if not hasattr(module, name):
+                found.append(f"{init.relative_to(PIPELINE)}: {name} does not load")
+    assert found == []
+
+
+# The loggers the docs name: users filter on them, so they keep their names wherever the code moves.
+DOCUMENTED_LOGGERS = {
+    "rebalancer.pipeline.stream": "stream/driver.py",
+    "rebalancer.pipeline.kafka.source": "kafka/datasource.py",
+}
+
+
+@pytest.mark.parametrize("logger", sorted(DOCUMENTED_LOGGERS))
+def test_a_documented_logger_keeps_its_name(logger: str) -> None:
+    assert f'logging.getLogger("{logger}")' in (PIPELINE / DOCUMENTED_LOGGERS[logger]).read_text()
 
 
 def test_only_cli_imports_cli() -> None:

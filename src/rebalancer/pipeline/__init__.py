@@ -42,4 +42,4 @@ __all__ = [
     "run",
 ]
 
-__getattr__ = lazy_exports("rebalancer.pipeline", _PUBLIC)
+__getattr__, __dir__ = lazy_exports("rebalancer.pipeline", _PUBLIC)

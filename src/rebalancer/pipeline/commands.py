@@ -240,7 +240,7 @@ def session_master(flag: str | None, remote: str | None = None) -> str | None:
     """--master (or --remote) wins; under spark-submit (the JVM started us) the master is already set;
     else local[*]."""
     if remote:
-        from rebalancer.pipeline.session.build import is_connect_url
+        from rebalancer.pipeline.session.connect import is_connect_url
 
         if not is_connect_url(remote):
             raise ValueError(f"remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}")
@@ -258,7 +258,8 @@ def _require_extras(master: str | None, sink: str | None) -> None:
     """The extras a run needs besides its input's (RunRequest checks those): one line naming the
     extra before any work, not a traceback, or a failure once Spark has started."""
     from rebalancer._extras import require_extra
-    from rebalancer.pipeline.session.build import CONNECT_CLIENT_MODULES, is_connect_url
+    from rebalancer.pipeline.session.build import CONNECT_CLIENT_MODULES
+    from rebalancer.pipeline.session.connect import is_connect_url
 
     if sink is not None:
         require_extra("--sink (the PostgreSQL sink)", "postgres")

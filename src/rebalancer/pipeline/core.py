@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rebalancer.pipeline.handler.dispatch import dispatch
-from rebalancer.pipeline.ingest.classify import accepted_rows, cacheable_rows, classify, quarantine_rows
+from rebalancer.pipeline.ingest.classifier import accepted_rows, cacheable_rows, classify, quarantine_rows
 from rebalancer.pipeline.ingest.contract import RowCounts
 from rebalancer.pipeline.plan.slots import SHARD_BUCKETS, SlotPlan
 from rebalancer.pipeline.routing.handler_map import HandlerTotals, Routing, route_types, run_handlers

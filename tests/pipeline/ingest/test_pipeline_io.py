@@ -14,7 +14,7 @@ import pytest
 from pipeline_data import instant, reference_metrics
 
 from rebalancer.pipeline.batch import run_batch
-from rebalancer.pipeline.ingest.classify import cacheable_rows, classify
+from rebalancer.pipeline.ingest.classifier import cacheable_rows, classify
 from rebalancer.pipeline.ingest.contract import REQUIRED_COLUMNS
 from rebalancer.pipeline.ingest.files import TS_MAX_MICROS, TS_MIN_MICROS, read_raw
 from rebalancer.pipeline.ingest.inspect import inspect_input

@@ -168,7 +168,8 @@ _FakeConnectSession.__module__ = "pyspark.sql.connect.session"
 
 
 def test_default_parallelism_never_touches_the_spark_context_on_connect(spark):
-    from rebalancer.pipeline.session.build import default_parallelism, is_connect
+    from rebalancer.pipeline.session.build import default_parallelism
+    from rebalancer.pipeline.session.connect import is_connect
 
     assert default_parallelism(spark) == spark.sparkContext.defaultParallelism and not is_connect(spark)
     assert is_connect(_FakeConnectSession({}))

@@ -14,34 +14,43 @@ returned), `_call` (`balanced_apply` itself); the task clock is `rebalancer.pipe
 with the pipeline's handlers.
 """
 
-from rebalancer.pipeline.apply._call import balanced_apply, parse_schema
-from rebalancer.pipeline.apply._func import check_one_argument, func_form
-from rebalancer.pipeline.apply._items import COSTS, ApplyItem
-from rebalancer.pipeline.apply._key_plan import ApplyPlan, KeyCost, plan_keys
-from rebalancer.pipeline.apply._result import BalancedApply, TaskStats, wait_per_row
-from rebalancer.pipeline.apply._slot_columns import LOOKUP_ITEMS
-from rebalancer.pipeline.apply._store import STORE_VERSION, PlanStore, is_store_file, stored_plan
-from rebalancer.pipeline.clock import TaskClock, own_clock, queued_seconds
+from __future__ import annotations
 
-__all__ = [
-    "COSTS",
-    "LOOKUP_ITEMS",
-    "STORE_VERSION",
-    "ApplyItem",
-    "ApplyPlan",
-    "BalancedApply",
-    "KeyCost",
-    "PlanStore",
-    "TaskClock",
-    "TaskStats",
-    "balanced_apply",
-    "check_one_argument",
-    "func_form",
-    "is_store_file",
-    "own_clock",
-    "parse_schema",
-    "plan_keys",
-    "queued_seconds",
-    "stored_plan",
-    "wait_per_row",
-]
+from typing import TYPE_CHECKING
+
+from rebalancer._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from rebalancer.pipeline.apply._call import balanced_apply, parse_schema
+    from rebalancer.pipeline.apply._func import check_one_argument, func_form
+    from rebalancer.pipeline.apply._items import COSTS, ApplyItem
+    from rebalancer.pipeline.apply._key_plan import ApplyPlan, KeyCost, plan_keys
+    from rebalancer.pipeline.apply._result import BalancedApply, TaskStats, wait_per_row
+    from rebalancer.pipeline.apply._slot_columns import LOOKUP_ITEMS
+    from rebalancer.pipeline.apply._store import STORE_VERSION, PlanStore, is_store_file, stored_plan
+    from rebalancer.pipeline.clock import TaskClock, own_clock, queued_seconds
+
+_HOMES = {
+    "ApplyItem": "rebalancer.pipeline.apply._items",
+    "ApplyPlan": "rebalancer.pipeline.apply._key_plan",
+    "BalancedApply": "rebalancer.pipeline.apply._result",
+    "COSTS": "rebalancer.pipeline.apply._items",
+    "KeyCost": "rebalancer.pipeline.apply._key_plan",
+    "LOOKUP_ITEMS": "rebalancer.pipeline.apply._slot_columns",
+    "PlanStore": "rebalancer.pipeline.apply._store",
+    "STORE_VERSION": "rebalancer.pipeline.apply._store",
+    "TaskClock": "rebalancer.pipeline.clock",
+    "TaskStats": "rebalancer.pipeline.apply._result",
+    "balanced_apply": "rebalancer.pipeline.apply._call",
+    "check_one_argument": "rebalancer.pipeline.apply._func",
+    "func_form": "rebalancer.pipeline.apply._func",
+    "is_store_file": "rebalancer.pipeline.apply._store",
+    "own_clock": "rebalancer.pipeline.clock",
+    "parse_schema": "rebalancer.pipeline.apply._call",
+    "plan_keys": "rebalancer.pipeline.apply._key_plan",
+    "queued_seconds": "rebalancer.pipeline.clock",
+    "stored_plan": "rebalancer.pipeline.apply._store",
+    "wait_per_row": "rebalancer.pipeline.apply._result",
+}
+__all__ = ["COSTS", "LOOKUP_ITEMS", "STORE_VERSION", "ApplyItem", "ApplyPlan", "BalancedApply", "KeyCost", "PlanStore", "TaskClock", "TaskStats", "balanced_apply", "check_one_argument", "func_form", "is_store_file", "own_clock", "parse_schema", "plan_keys", "queued_seconds", "stored_plan", "wait_per_row"]
+__getattr__, __dir__ = lazy_exports("rebalancer.pipeline.apply", _HOMES)

@@ -28,7 +28,8 @@ from rebalancer.pipeline.apply._store import PlanStore, refuse_store_in_input
 from rebalancer.pipeline.checks import COUNT_MAX, check_int, check_partitions
 from rebalancer.pipeline.handler.builtin import TaskStatsParam
 from rebalancer.pipeline.plan.slots import WHOLE
-from rebalancer.pipeline.session.build import is_connect, shuffle_partitions
+from rebalancer.pipeline.session.build import shuffle_partitions
+from rebalancer.pipeline.session.connect import is_connect
 from rebalancer.pipeline.session.workers import check_worker_python
 
 if TYPE_CHECKING:

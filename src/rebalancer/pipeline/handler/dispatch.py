@@ -25,7 +25,7 @@ from rebalancer.pipeline.handler.builtin import (
     task_stats,
 )
 from rebalancer.pipeline.plan.slots import SlotPlan, with_slot_key
-from rebalancer.pipeline.session.build import is_connect
+from rebalancer.pipeline.session.connect import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rebalancer._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from rebalancer.pipeline.ingest.classify import accepted_rows, cacheable_rows, classify, quarantine_rows
+    from rebalancer.pipeline.ingest.classifier import accepted_rows, cacheable_rows, classify, quarantine_rows
     from rebalancer.pipeline.ingest.contract import (
         FORMATS,
         NOT_JSON_COLUMN,
@@ -49,19 +49,19 @@ _HOMES = {
     "TS_MAX_MS": "rebalancer.pipeline.ingest.files",
     "TS_MIN_MICROS": "rebalancer.pipeline.ingest.files",
     "TS_MIN_MS": "rebalancer.pipeline.ingest.files",
-    "accepted_rows": "rebalancer.pipeline.ingest.classify",
-    "cacheable_rows": "rebalancer.pipeline.ingest.classify",
-    "classify": "rebalancer.pipeline.ingest.classify",
+    "accepted_rows": "rebalancer.pipeline.ingest.classifier",
+    "cacheable_rows": "rebalancer.pipeline.ingest.classifier",
+    "classify": "rebalancer.pipeline.ingest.classifier",
     "column_mapping": "rebalancer.pipeline.ingest.contract",
     "detect_format": "rebalancer.pipeline.ingest.inspect",
     "input_name": "rebalancer.pipeline.ingest.files",
     "inspect_input": "rebalancer.pipeline.ingest.inspect",
     "parse_columns": "rebalancer.pipeline.ingest.files",
-    "quarantine_rows": "rebalancer.pipeline.ingest.classify",
+    "quarantine_rows": "rebalancer.pipeline.ingest.classifier",
     "read_raw": "rebalancer.pipeline.ingest.files",
     "read_stream": "rebalancer.pipeline.ingest.files",
     "spark_path": "rebalancer.pipeline.ingest.files",
     "text_schema": "rebalancer.pipeline.ingest.contract",
 }
 __all__ = ["CSV_OPTIONS", "EPOCH_MS_PATTERN", "EXTENSIONS", "FORMATS", "NOT_JSON_COLUMN", "REASONS", "REQUIRED_COLUMNS", "TS_MAX_MICROS", "TS_MAX_MS", "TS_MIN_MICROS", "TS_MIN_MS", "InputSpec", "accepted_rows", "cacheable_rows", "classify", "column_mapping", "detect_format", "input_name", "inspect_input", "parse_columns", "quarantine_rows", "read_raw", "read_stream", "spark_path", "text_schema"]
-__getattr__ = lazy_exports("rebalancer.pipeline.ingest", _HOMES)
+__getattr__, __dir__ = lazy_exports("rebalancer.pipeline.ingest", _HOMES)

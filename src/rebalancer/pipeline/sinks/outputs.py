@@ -111,7 +111,7 @@ def prepare_sink(
     gets a table of its own, from its declared schema, keyed by its `table_key`.
     """
     from rebalancer.pipeline.handler.dispatch import dispatch
-    from rebalancer.pipeline.ingest.classify import accepted_rows, classify, quarantine_rows
+    from rebalancer.pipeline.ingest.classifier import accepted_rows, classify, quarantine_rows
     from rebalancer.pipeline.ingest.contract import text_schema
     from rebalancer.pipeline.routing.handler_map import with_date
 

@@ -49,4 +49,4 @@ _HOMES = {
     "stream_summary": "rebalancer.pipeline.stream.driver",
 }
 __all__ = ["MISSING_ON_SERVER", "NOT_ON_CONNECT_SERVER", "PROGRESS_KEPT", "STATE_VERSION", "BatchProcessor", "BatchProgress", "InjectedCrash", "StopAfterBatches", "StreamConfig", "StreamData", "StreamState", "add_routing", "drive_stream", "run_stream", "stopped_after_batches", "stream_reader", "stream_summary"]
-__getattr__ = lazy_exports("rebalancer.pipeline.stream", _HOMES)
+__getattr__, __dir__ = lazy_exports("rebalancer.pipeline.stream", _HOMES)

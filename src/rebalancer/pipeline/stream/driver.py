@@ -17,7 +17,8 @@ from rebalancer.pipeline.ingest.files import input_name, read_stream
 from rebalancer.pipeline.outputs.summary import RunSummary, StreamFigures, routing_from_json
 from rebalancer.pipeline.outputs.summary_files import summarise_and_write
 from rebalancer.pipeline.resolved import ResolvedRun, RunHooks, RunRequest, StreamSettings, resolve_run
-from rebalancer.pipeline.session.build import is_connect, pipeline_conf
+from rebalancer.pipeline.session.build import pipeline_conf
+from rebalancer.pipeline.session.connect import is_connect
 from rebalancer.pipeline.session.quiet import sigint
 from rebalancer.pipeline.stream.processor import BatchProcessor
 from rebalancer.pipeline.stream.query import (
