@@ -12,8 +12,8 @@ import argparse
 import sys
 from collections.abc import Collection, Sequence
 
-from rebalancer import _command
 from rebalancer._command import (
+    COMPONENTS,
     EXIT_FAILURE,
     EXIT_USAGE,
     LOG_FORMAT,
@@ -23,6 +23,7 @@ from rebalancer._command import (
     configure_logging,
     run_command,
 )
+from rebalancer._command import build_parser as build_components_parser
 
 __all__ = [
     "EXIT_FAILURE",
@@ -37,14 +38,14 @@ __all__ = [
 ]
 
 # (sub-command, module with register(parser), help, one-paragraph description)
-_COMPONENTS = _command.COMPONENTS
+_COMPONENTS = COMPONENTS
 
 
 def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
     """Every component's commands (see `rebalancer._command.build_parser`). `load` names the
     components whose commands are imported (None: all of them); the others are listed with their help
     only, so `rebalancer --help` and `--version` import no Spark or pandas."""
-    return _command.build_parser(_COMPONENTS, load)
+    return build_components_parser(_COMPONENTS, load)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
