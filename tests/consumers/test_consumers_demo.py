@@ -6,7 +6,8 @@ import pytest
 
 from rebalancer.cli import main
 from rebalancer.consumers import HandoffCompleted, HandoffStarted, PartitionsAssigned, RebalancePlanned
-from rebalancer.consumers.commands import DemoConfig, describe, replay
+from rebalancer.consumers.commands import DemoConfig, replay
+from rebalancer.consumers.events import describe_event as describe
 
 
 def _events(steps, kind):

@@ -13,21 +13,10 @@ from dataclasses import dataclass
 
 from rebalancer._args import finite_float, integer
 from rebalancer.consumers import (
-    AccessTypeChanged,
     Event,
-    FlowChangeUpdate,
-    FlowStandby,
-    FlowUnbound,
-    HandoffAborted,
-    HandoffCompleted,
-    HandoffStarted,
     PartitionedQueue,
-    PartitionsAssigned,
-    PartitionsRemoved,
-    RebalancePlanned,
-    ScaleStatusChanged,
-    StatusChanged,
 )
+from rebalancer.consumers.events import describe_event
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,40 +104,6 @@ def replay(config: DemoConfig | None = None) -> tuple[list[Step], PartitionedQue
     return steps, pq
 
 
-def describe(event: Event) -> str:
-    """One line per event, in the seed's words."""
-    match event:
-        case StatusChanged(old, new, _):
-            return f"status {old} -> {new}"
-        case ScaleStatusChanged(old, new, _):
-            return f"scale status {old} -> {new}"
-        case AccessTypeChanged(old, new, _):
-            return f"access type {old} -> {new}"
-        case RebalancePlanned(flows, count, handoffs, assigned, _):
-            return (
-                f"rebalance of {count} partitions over {len(flows)} flows: {handoffs} "
-                f"handoff{'s' if handoffs != 1 else ''} (the fewest possible), {assigned} mapped directly"
-            )
-        case PartitionsAssigned(flow, partitions, _):
-            return f"partitions {list(partitions)} mapped to {flow} (no handoff)"
-        case HandoffStarted(partition, from_flow, to_flow, _):
-            return f"handoff starts: partition {partition} {from_flow} -> {to_flow}, paused until {from_flow} acks"
-        case HandoffCompleted(partition, from_flow, to_flow, _, forced, unacked):
-            how = f"forced after max-handoff-time, {unacked} still unacked" if forced else "all acked"
-            return f"handoff done: partition {partition} {from_flow} -> {to_flow} ({how})"
-        case HandoffAborted(partition, from_flow, to_flow, _, reason):
-            return f"handoff aborted: partition {partition} stays with {from_flow} ({reason})"
-        case FlowChangeUpdate(flow, active, _):
-            return f"FlowChangeUpdate: {flow} {'active' if active else 'no longer active'}"
-        case FlowStandby(flow, standby, _):
-            return f"{flow} {'waits on standby' if standby else 'leaves standby'}"
-        case FlowUnbound(flow, partitions, redelivered, _):
-            return f"{flow} unbound from {list(partitions)}; redelivered {sum(redelivered.values())}"
-        case PartitionsRemoved(partitions, unacked, _):
-            return f"partitions {list(partitions)} removed; {sum(unacked.values())} still unacked"
-    raise TypeError(f"unknown event {event!r}")
-
-
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="consumers_command", metavar="COMMAND", required=True)
     demo = sub.add_parser(
@@ -192,12 +147,25 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=defaults.ack_after_s,
         help="seconds the old owner takes to ack; above --max-handoff-time the handoff is forced",
     )
+    demo.add_argument(
+        "--kafka",
+        metavar="BOOTSTRAP",
+        help="run the example live on real brokers instead: a consumer group of processes using "
+        "rebalancer.consumers.kafka.FlowAssignor on a new 7-partition topic (removed afterwards); "
+        "'embedded' starts a one-broker KafkaCluster (needs Java 17 and `make kafka`). Needs the "
+        "kafka extra",
+    )
     demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from rebalancer._console import console as make_console
     from rebalancer._console import print_items, print_wrapped
+
+    if args.kafka is not None:
+        from rebalancer.consumers.live_demo import run_live_demo
+
+        return run_live_demo(args.kafka, args.partitions, args.flows, args.max_handoff_time)
 
     config = DemoConfig(
         args.partitions, args.flows, args.rebalance_delay, args.max_handoff_time, args.unacked, args.ack_after
@@ -217,7 +185,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print_wrapped(console, f"{step.at:>6g} s  {step.action}", hang=indent, style="bold")
         for event in step.events:
             at = "" if event.at == step.at else f"(at {event.at:g} s) "
-            print_wrapped(console, f"{at}{describe(event)}", indent=indent, hang=indent + "  ")
+            print_wrapped(console, f"{at}{describe_event(event)}", indent=indent, hang=indent + "  ")
         owners = [f"{flow} {parts}" for flow, parts in step.assignment.items()]
         print_items(console, f"now {step.status}: ", owners, indent, style="dim")
     counts = sorted((len(parts) for parts in pq.assignment.values()), reverse=True)
