@@ -176,6 +176,10 @@ class LiveGroup:
             committed = self.committed_by.get(name, {})
             return sum(1 for (p, o), who in self.first_by.items() if who == name and o >= committed.get(p, 0))
 
+    def wait_progress(self, name: str, more_than: int, timeout_s: float = 120.0) -> None:
+        """Block until member `name` has processed more than `more_than` records in all."""
+        self._wait(lambda: self.processed_by.get(name, 0) > more_than, timeout_s, f"{name} to process records")
+
     def go(self) -> None:
         """Members started with `hold=True` start processing records now."""
         with self._changed:
@@ -213,6 +217,17 @@ class LiveGroup:
     def wait_processed(self, total: int, timeout_s: float = 120.0) -> None:
         """Block until `total` distinct records have been processed."""
         self._wait(lambda: len(self.processed) >= total, timeout_s, f"{total} records to be processed")
+
+    def wait_caught_up(self, ends: Mapping[int, int], timeout_s: float = 300.0) -> int:
+        """Block until the last record of every partition (`ends`: partition -> end offset) has been
+        processed; returns the records below those that never were (lost: at-most-once). A record a
+        killed member took but never processed, with its offset committed, is never redelivered."""
+        last = {p: e - 1 for p, e in ends.items() if e > 0}
+        self._wait(
+            lambda: all((p, o) in self.processed for p, o in last.items()), timeout_s, "every partition's last record"
+        )
+        with self._changed:
+            return sum(ends.values()) - len(self.processed)
 
     def close(self) -> None:
         """Stop every member still running (gracefully, then by SIGKILL)."""
@@ -429,12 +444,12 @@ async def _member(cfg: dict[str, Any]) -> None:
     threading.Thread(target=read_commands, daemon=True).start()
     _emit(out, lock, {"e": "ready"})
     delay = float(cfg["handler_delay_s"])
-    batch: list[tuple[int, int]] = []
 
     async def handle(record: Any) -> None:
         if delay:
             await asyncio.sleep(delay)
-        batch.append((record.partition, record.offset))
+        # Reported as soon as it is done, so that a kill shows exactly what was processed and not committed.
+        _emit(out, lock, {"e": "did", "r": [[record.partition, record.offset]]})
 
     async def refresh_weights() -> None:
         while weights is not None and not stop.is_set():
@@ -457,9 +472,6 @@ async def _member(cfg: dict[str, Any]) -> None:
                         await handoff.process(record, handle)
                     else:
                         await handle(record)
-            if batch:
-                _emit(out, lock, {"e": "did", "r": batch[:]})
-                batch.clear()
             if handoff is not None:
                 with contextlib.suppress(Exception):
                     done = await handoff.commit()
