@@ -59,6 +59,7 @@ NUMERIC_FLAGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
         ("--brokers", "i"), ("--partitions", "i"), ("--messages", "i"), ("--rate", "f"), ("--linger-ms", "f"),
         ("--value-bytes", "i"),
     ),
+    ("stop",): (("--grace", "f"),),
 }
 # What a command needs besides the flag under test, to get as far as checking it.
 REQUIRED: dict[tuple[str, ...], list[str]] = {

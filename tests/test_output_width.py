@@ -3,7 +3,11 @@ vertical when too narrow, metric names carry units, reports read as sentences, -
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +192,67 @@ def test_print_items_breaks_only_between_items(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "20")
     print_items(console(), "now: ", ["c1 [0, 1]", "c2 [2, 3]", "c3 [4]"], "  ")
     assert capsys.readouterr().out.splitlines() == ["  now: c1 [0, 1]", "    c2 [2, 3]", "    c3 [4]"]
+
+
+# -- issue 46, item 3: the commands the README shows, at 80 columns ---------------------------------
+def _at_80(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run([sys.executable, "-m", "rebalancer.cli", *argv], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)  # fmt: skip
+
+
+def test_the_readmes_commands_fit_80_columns(tmp_path):
+    """Each run as a user runs it, in a subprocess with COLUMNS=80: no line of stdout or stderr is
+    longer than 80 characters. (A pipeline run at 80 columns is tests/pipeline's.)"""
+    (tmp_path / "data" / "telemetry").mkdir(parents=True)
+    (tmp_path / "data" / "telemetry" / "old.parquet").write_bytes(b"")
+    runs = {
+        "top help": (["--help"], 0),
+        "pipeline run help": (["pipeline", "run", "--help"], 0),
+        "produce demo help": (["produce", "demo", "--help"], 0),
+        "consumers demo": (["consumers", "demo"], 0),
+        "queue demo": (["queue", "demo", "--seconds", "0.5"], 0),
+        "shedding simulate": (["shedding", "simulate", "--scenario", "over-placement", "--strategy", "AvgShedder"], 0),
+        "shedding compare": (["shedding", "compare", "--small"], 0),
+        "shedding record": (["shedding", "record", "--out", "reports", "--minutes", "5"], 0),
+        "shedding replay": (["shedding", "replay", "--reports", "reports"], 0),
+        "stop": (["stop"], 0),
+        # The README's first pipeline command, on a directory that holds files: one error line.
+        "an error": (["pipeline", "generate", "--out", "data/telemetry", "--events", "2000000", "--types", "400",
+                      "--skew", "1.1"], 2),
+    }  # fmt: skip
+    seen: dict[str, list[str]] = {}
+    for name, (argv, code) in runs.items():
+        done = _at_80(*argv, cwd=tmp_path)
+        assert done.returncode == code, (name, done.stderr)
+        seen[name] = done.stdout.splitlines() + done.stderr.splitlines()
+        assert "Traceback" not in done.stderr, (name, done.stderr)
+    too_long = {name: [line for line in lines if len(line) > 80] for name, lines in seen.items()}
+    assert {name: lines for name, lines in too_long.items() if lines} == {}
+    assert seen["an error"][0].startswith("rebalancer: error: data/telemetry is not empty")
+    assert len(seen["shedding compare"]) < 150  # tables, not a list of 509 lines
+
+
+def test_shedding_compare_at_80_columns_says_what_it_runs_then_prints_tables(capsys, monkeypatch):
+    lines = run(capsys, monkeypatch, 80, "shedding", "compare", "--small")
+    assert widest(lines) <= 80
+    assert lines[0] == "simulating 6 strategies on 5 scenarios (seed 0)..."
+    assert lines[1:8] == [
+        "strategies (by short name in the narrow tables below):",
+        "  Threshold        ThresholdShedder+LeastResourceUsageWithWeight",
+        "  Uniform          UniformLoadShedder+LeastLongTermMessageRate",
+        "  Overload         OverloadShedder+LeastLongTermMessageRate",
+        "  Avg              AvgShedder",
+        "  Transfer         TransferShedder",
+        "  Balanced (ours)  BalancedShedder (ours)",
+    ]
+    assert lines[8] == "PIP-364 table, measured: the ratings (the numbers they rest on follow)"
+    assert lines[9].split() == ["column", "Threshold", "Uniform", "Overload", "Avg", "Transfer", "Balanced"]
+    assert lines[10].split() == ["(ours)"]
+    assert [line.split()[0] for line in lines[12:17]] == ["heterogeneous", "jitter", "over-placement",
+                                                          "over-unloading", "slow"]  # fmt: skip
+    # One table per scenario: a row per metric, a column per strategy.
+    scenario = lines.index("heterogeneous: 18 brokers at 60% usage, 2 at 10%: can they level out?")
+    assert lines[scenario + 1].split() == ["metric", "Threshold", "Uniform", "Overload", "Avg", "Transfer",
+                                           "Balanced"]  # fmt: skip
+    assert not any(line.startswith("combination: ") for line in lines)

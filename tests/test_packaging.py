@@ -280,7 +280,10 @@ def _make_dry_run(target: str, tmp_path: Path) -> list[str]:
 def test_make_run_installs_only_the_main_jobs_extras_and_make_test_everything(tmp_path: Path):
     run = _make_dry_run("run", tmp_path)
     installs = [line for line in run if " -m pip install " in line and "--upgrade pip" not in line]
-    assert installs == [".venv/bin/python -m pip install --quiet -e '.[spark,cli]'"]
+    assert installs == [".venv/bin/python -m pip install -e '.[spark,cli]'"]  # no --quiet: pip's progress shows
+    # One line first: what comes, and about how long it takes (issue 46, item 3).
+    said = 'echo "make run: installs pyspark, pandas, pyarrow, matplotlib, rich (~1 GB, 2-4 min)"'
+    assert run.index(said) < run.index(installs[0]) and len(said) - len('echo ""') <= 80
     assert "scripts/ensure-java.sh" in run and run[-1].startswith(".venv/bin/rebalancer pipeline run")
     assert not [line for line in run if "postgres" in line or "maven" in line or "kafka" in line]
     test = _make_dry_run("test", tmp_path)

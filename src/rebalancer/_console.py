@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable, Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
@@ -25,10 +26,11 @@ def _cell_width(text: str) -> int:
 
 
 def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[str] = (),
-                wrap: Sequence[str] = (), show_lines: bool = False) -> Table:
+                wrap: Sequence[str] = (), show_lines: bool = False, compact: bool = False) -> Table:
     """Each column as wide as its widest cell or its header's longest word: headers wrap at spaces,
     cells do not, except in the columns named in `wrap`, whose cells take about three lines.
-    Columns named in `right` are right-justified."""
+    Columns named in `right` are right-justified. `compact`: a rule under the header and a space
+    between columns, no frame (a grid of short numbers in 80 columns)."""
     columns = []
     for i, header in enumerate(headers):
         words = header.split()
@@ -39,7 +41,10 @@ def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
         widest_word = max((len(w) for w in words), default=0)
         width = max(widest_word, widest)
         columns.append(Column(header, justify="right" if header in right else "left", width=width))
-    t = Table(*columns, show_lines=show_lines)
+    if compact:
+        t = Table(*columns, show_lines=show_lines, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    else:
+        t = Table(*columns, show_lines=show_lines)
     for r in rows:
         t.add_row(*r)
     return t
@@ -47,15 +52,20 @@ def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
 
 def fits(out: Console, t: Table) -> bool:
     """Whether `t` fits side by side. rich's own measurement is capped at the console's width, so
-    this adds it up: each column's fixed width and padding, one rule between columns and at each edge."""
+    this adds it up: each column's fixed width and padding (none at the edges without `pad_edge`),
+    one rule between columns, and one at each edge when it shows them."""
     left, right = t.padding[3], t.padding[1]
-    needed = sum((c.width or 0) + left + right for c in t.columns) + len(t.columns) + 1
+    needed = sum((c.width or 0) + left + right for c in t.columns)
+    if not t.pad_edge:
+        needed -= left + right
+    if t.box is not None:
+        needed += len(t.columns) - 1 + (2 if t.show_edge else 0)
     return needed <= out.width
 
 
 def print_table(out: Console, title: str, headers: Sequence[str], rows: Iterable[Sequence[str]], *,
                 right: Sequence[str] = (), wrap: Sequence[str] = (), show_lines: bool = False,
-                keys: int = 1) -> None:
+                keys: int = 1, compact: bool = False) -> None:
     """A titled table; vertical when too narrow: per row a heading (its first `keys` cells), then one
     `header: value` line per other cell.
 
@@ -63,7 +73,7 @@ def print_table(out: Console, title: str, headers: Sequence[str], rows: Iterable
     wrap at the table's own width, mid-phrase.
     """
     rows = [list(r) for r in rows]
-    t = build_table(headers, rows, right=right, wrap=wrap, show_lines=show_lines)
+    t = build_table(headers, rows, right=right, wrap=wrap, show_lines=show_lines, compact=compact)
     print_wrapped(out, title, style="bold")
     if fits(out, t):
         out.print(t)
