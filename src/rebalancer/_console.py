@@ -12,8 +12,12 @@ from collections.abc import Iterable, Sequence
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
+
+
+_UNBOUNDED = 1_000_000  # columns: a width no table reaches
 
 
 def console() -> Console:
@@ -29,7 +33,7 @@ def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
                 wrap: Sequence[str] = (), show_lines: bool = False, compact: bool = False) -> Table:
     """Each column as wide as its widest cell or its header's longest word: headers wrap at spaces,
     cells do not, except in the columns named in `wrap`, whose cells take about three lines.
-    Columns named in `right` are right-justified. `compact`: a rule under the header and a space
+    Columns named in `right` are right-justified. `compact`: a rule under the header and two spaces
     between columns, no frame (a grid of short numbers in 80 columns)."""
     columns = []
     for i, header in enumerate(headers):
@@ -42,7 +46,8 @@ def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
         width = max(widest_word, widest)
         columns.append(Column(header, justify="right" if header in right else "left", width=width))
     if compact:
-        t = Table(*columns, show_lines=show_lines, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        t = Table(*columns, show_lines=show_lines, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)  # fmt: skip
     else:
         t = Table(*columns, show_lines=show_lines)
     for r in rows:
@@ -51,16 +56,10 @@ def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
 
 
 def fits(out: Console, t: Table) -> bool:
-    """Whether `t` fits side by side. rich's own measurement is capped at the console's width, so
-    this adds it up: each column's fixed width and padding (none at the edges without `pad_edge`),
-    one rule between columns, and one at each edge when it shows them."""
-    left, right = t.padding[3], t.padding[1]
-    needed = sum((c.width or 0) + left + right for c in t.columns)
-    if not t.pad_edge:
-        needed -= left + right
-    if t.box is not None:
-        needed += len(t.columns) - 1 + (2 if t.show_edge else 0)
-    return needed <= out.width
+    """Whether `t` fits side by side: its width as rich lays it out (columns, padding, rules and
+    edges), measured without the console's width as a cap, which rich's own measurement applies."""
+    unbounded = out.options.update_width(_UNBOUNDED)
+    return Measurement.get(out, unbounded, t).maximum <= out.width
 
 
 def print_table(out: Console, title: str, headers: Sequence[str], rows: Iterable[Sequence[str]], *,

@@ -224,7 +224,7 @@ def print_comparison(comparison: Comparison, console: Console, pip: bool = True)
     """The PIP-364 table, every scenario's numbers and the totals, each side by side where the
     terminal is wide enough (about 170 columns for the first). Where it is not, the strategies go
     across by short names (a legend first): the PIP-364 table with its ratings, and one table per
-    scenario with a row per metric, which fit 80 columns; a table that still does not fit is
+    metric with a row per scenario, which fit 80 columns; a table that still does not fit is
     printed vertically."""
     from rebalancer._console import build_table, fits, print_table, print_wrapped
 
@@ -254,11 +254,10 @@ def print_comparison(comparison: Comparison, console: Console, pip: bool = True)
         print_table(console, "every scenario", detail_headers, comparison.detail_rows(), right=detail_headers[2:],
                     keys=2)  # fmt: skip
     else:
-        detail = comparison.detail_rows()
-        for sc in comparison.scenarios:
-            cells = {row[1]: row[2:] for row in detail if row[0] == sc.name}
-            rows = [[labels[key], *(cells[name][i] for name in names)] for i, key in enumerate(DETAIL_KEYS)]
-            print_table(console, sc.title, ["metric", *short], rows, right=short, wrap=["metric"], compact=True)
+        cells = {(row[0], row[1]): row[2:] for row in comparison.detail_rows()}
+        for i, key in enumerate(DETAIL_KEYS):
+            rows = [[sc.name, *(cells[(sc.name, name)][i] for name in names)] for sc in comparison.scenarios]
+            print_table(console, labels[key], ["scenario", *short], rows, right=short, compact=True)
     headers = ["combination", "moved (bundles)", "cycles to converge", "oscillations (moves back)"]
     rows = []
     for combo in comparison.combos:
