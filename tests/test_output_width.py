@@ -3,10 +3,13 @@ vertical when too narrow, metric names carry units, reports read as sentences, -
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -190,9 +193,9 @@ def test_print_items_breaks_only_between_items(capsys, monkeypatch):
 
 
 # -- issue 46, item 3: the commands the README shows, at 80 columns ---------------------------------
-def _at_80(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _at_80(*argv: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     # XDG_CACHE_HOME: `rebalancer stop` sees this test's pid files only, never the session's brokers.
-    env = {**os.environ, "COLUMNS": "80", "XDG_CACHE_HOME": str(cwd / "cache")}
+    env = {**os.environ, "COLUMNS": "80", "XDG_CACHE_HOME": str(cache)}
     return subprocess.run([sys.executable, "-m", "rebalancer.cli", *argv], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)  # fmt: skip
 
@@ -220,11 +223,15 @@ def test_the_readmes_commands_fit_80_columns(tmp_path):
         "a long error": (["shedding", "simulate", "--scenario", "over-placement", "--strategy", "Avg"], 2),
     }  # fmt: skip
     seen: dict[str, list[str]] = {}
-    for name, (argv, code) in runs.items():
-        done = _at_80(*argv, cwd=tmp_path)
-        assert done.returncode == code, (name, done.stderr)
-        seen[name] = done.stdout.splitlines() + done.stderr.splitlines()
-        assert "Traceback" not in done.stderr, (name, done.stderr)
+    cache = Path(tempfile.mkdtemp(prefix="rb-"))  # a path as short as ~/.cache, which the output names
+    try:
+        for name, (argv, code) in runs.items():
+            done = _at_80(*argv, cwd=tmp_path, cache=cache)
+            assert done.returncode == code, (name, done.stderr)
+            seen[name] = done.stdout.splitlines() + done.stderr.splitlines()
+            assert "Traceback" not in done.stderr, (name, done.stderr)
+    finally:
+        shutil.rmtree(cache)
     too_long = {name: [line for line in lines if len(line) > 80] for name, lines in seen.items()}
     assert {name: lines for name, lines in too_long.items() if lines} == {}
     assert seen["an error"] == ["rebalancer: error: out: data/telemetry is not empty; --overwrite clears it first"]
@@ -252,7 +259,7 @@ def test_shedding_compare_at_80_columns_says_what_it_runs_then_prints_tables(cap
         "  Balanced (ours)  BalancedShedder (ours)",
     ]
     # Each table's title: the line above its header (the strategies' names wrap: "Balanced" first).
-    titles = [line for line, below in zip(lines, lines[1:]) if below.strip() == "Balanced" or below.startswith("┏")]
+    titles = [line for line, below in itertools.pairwise(lines) if below.strip() == "Balanced" or below.startswith("┏")]
     assert titles == [
         "PIP-364 table, measured: the ratings (the numbers they rest on follow)",
         "moved (bundles)", "converged after (cycles)", "final spread (% points)", "oscillations (moves back)",

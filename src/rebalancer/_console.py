@@ -16,7 +16,6 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-
 _UNBOUNDED = 1_000_000  # columns: a width no table reaches
 
 

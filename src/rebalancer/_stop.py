@@ -7,6 +7,7 @@ Plain text, no rich: it must work on any install, and a user reaches for it when
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rebalancer._args import finite_float
@@ -35,7 +36,10 @@ def _say(line: str) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    where = pid_dir()
+    where = str(pid_dir())
+    home = os.path.expanduser("~")
+    if where.startswith(home + os.sep):
+        where = "~" + where.removeprefix(home)
     if args.list:
         found = running()
         for entry in found:

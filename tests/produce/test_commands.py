@@ -18,7 +18,7 @@ def test_demo_counts_the_messages_it_says_it_sends(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["produce", "demo", "--messages", "3000", "--partitions", "30", "--rate", "100000", "--linger-ms", "50"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "3,000 messages, 30 partitions, 3 brokers (and 1 warm-up message before them, not counted)"
+    assert lines[0] == "3,000 messages (+1 warm-up, not counted), 30 partitions, 3 brokers"
     rows = {}
     for line in lines[1:]:
         cells = [cell.strip() for cell in line.strip("│┃").split("│")]

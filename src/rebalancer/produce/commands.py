@@ -147,9 +147,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     assert isinstance(triggers, dict)
     rows.append(["sends by trigger", ", ".join(f"{reason} {n:,}" for reason, n in triggers.items()) or "none"])
     rows.append(["elapsed (s)", f"{time.monotonic() - started:.1f}"])
-    title = (
-        f"{args.messages:,} messages, {args.partitions} partitions, {args.brokers} brokers "
-        f"(and {WARM_UP} warm-up message before them, not counted)"
-    )
+    title = f"{args.messages:,} messages (+{WARM_UP} warm-up, not counted), {args.partitions} partitions, {args.brokers} brokers"
     print_table(make_console(), title, ["metric", "value"], rows, right=["value"])
     return 0 if stats["failed"] == 0 else 1
