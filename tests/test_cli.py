@@ -6,24 +6,16 @@ import argparse
 import importlib.metadata
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 import rebalancer
+from cli_helpers import command_tree
 from rebalancer import cli
 
 
-def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _tree(sub, (*path, name))
-
-
 def _commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    return list(_tree(cli.build_parser()))
+    return list(command_tree(cli.build_parser()))
 
 
 def test_version_is_the_installed_distributions(capsys):

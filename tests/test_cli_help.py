@@ -8,40 +8,22 @@ finder that refuses them), as on a machine where pip never installed them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
+from cli_helpers import blocker, command_tree
 from rebalancer import cli
 from rebalancer._command import COMPONENT_EXTRAS
 
 DEADLINE_S = 120
 
 # Runs `rebalancer ARGV...` with the top-level packages in argv[1] (comma-separated) unimportable.
-BLOCKED = """\
-import sys
-from importlib.abc import MetaPathFinder
-
-BLOCKED = set(sys.argv[1].split(","))
-
-
-class Blocker(MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, Blocker())
-from rebalancer.cli import main
-
-sys.exit(main(sys.argv[2:]))
-"""
+BLOCKED = blocker('set(sys.argv[1].split(","))')
+WITHOUT = BLOCKED + "from rebalancer.cli import main\n\nsys.exit(main(sys.argv[2:]))\n"
 KAFKA = "aiokafka,confluent_kafka"
 SPARK = "pyspark,pandas,pyarrow,matplotlib"
 RICH = "rich"
@@ -56,21 +38,13 @@ def _env(columns: int | None) -> dict[str, str]:
 
 def without(blocked: str, *argv: str, columns: int | None = 100) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", BLOCKED, blocked, *argv],
+        [sys.executable, "-c", WITHOUT, blocked, *argv],
         capture_output=True, text=True, timeout=DEADLINE_S, env=_env(columns),
     )  # fmt: skip
 
 
 def flat(text: str) -> str:
     return " ".join(text.split())
-
-
-def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _tree(sub, (*path, name))
 
 
 # -- item 4: help without the extra -----------------------------------------------------------------
@@ -153,8 +127,7 @@ def test_without_spark_the_pipelines_help_works_and_names_the_extra():
 def test_a_package_read_for_its_help_still_refuses_to_import_without_its_extra():
     """The produce package's commands load with its extra check deferred; a later import of the
     package in that process raises as before, the package's attribute included."""
-    probe = BLOCKED.replace(
-        "sys.exit(main(sys.argv[2:]))",
+    probe = BLOCKED + (
         "from rebalancer.cli import build_parser\n"
         "build_parser(['produce'])\n"
         "from rebalancer._extras import MissingExtraError\n"
@@ -163,7 +136,7 @@ def test_a_package_read_for_its_help_still_refuses_to_import_without_its_extra()
         "try:\n"
         "    import rebalancer.produce\n"
         "except MissingExtraError as exc:\n"
-        "    print(exc)\n",
+        "    print(exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe, KAFKA], capture_output=True, text=True, timeout=DEADLINE_S)
     assert (done.returncode, done.stdout) == (0, (
@@ -172,7 +145,7 @@ def test_a_package_read_for_its_help_still_refuses_to_import_without_its_extra()
 
 
 def test_every_sub_command_of_an_extras_component_names_its_extras():
-    for path, parser in _tree(cli.build_parser()):
+    for path, parser in command_tree(cli.build_parser()):
         if not path:
             continue
         extras = COMPONENT_EXTRAS.get(path[0], ("cli",))
@@ -188,7 +161,7 @@ def test_every_sub_command_of_an_extras_component_names_its_extras():
 def test_every_help_page_writes_each_default_as_default_colon(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     pages = 0
-    for path, parser in _tree(cli.build_parser()):
+    for path, parser in command_tree(cli.build_parser()):
         pages += 1
         text = flat(parser.format_help())
         for match in re.finditer("default", text, re.I):
@@ -202,7 +175,7 @@ def test_every_help_page_writes_each_default_as_default_colon(monkeypatch):
 def test_a_float_default_is_written_as_typed():
     text = flat(cli.build_parser().format_help())  # the top page: no flag with a default
     assert "(default" not in text
-    demo = dict(_tree(cli.build_parser()))[("queue", "demo")]
+    demo = dict(command_tree(cli.build_parser()))[("queue", "demo")]
     shown = flat(demo.format_help())
     assert "how long producers run (default: 3)" in shown and "(default: 3.0)" not in shown
     assert "Zipf exponent of per-type volume (default: 1.1)" in shown
@@ -211,7 +184,7 @@ def test_a_float_default_is_written_as_typed():
 # -- item 3: wrapping -----------------------------------------------------------------------------------
 def test_every_help_page_fits_80_columns_and_keeps_words_whole(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    for path, parser in _tree(cli.build_parser()):
+    for path, parser in command_tree(cli.build_parser()):
         lines = parser.format_help().splitlines()
         assert max(len(line) for line in lines) <= 80, (path, max(lines, key=len))
     text = cli.build_parser().format_help()

@@ -16,27 +16,16 @@ import pytest
 from packaging.requirements import Requirement
 
 import rebalancer
+from cli_helpers import blocker
 from rebalancer._extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("balance", "queue", "consumers", "shedding", "pipeline", "produce", "testing", "cli")
 
 # Imports every package an extra brings fail, as on a core-only install (pip install partition-rebalancer).
-BLOCKER = textwrap.dedent("""
-    import sys
-    from importlib.abc import MetaPathFinder
-
-    BLOCKED = {"pyspark", "pandas", "pyarrow", "aiokafka", "confluent_kafka", "matplotlib", "rich",
-               "javaproperties"}
-
-    class Blocker(MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, Blocker())
-""")
+BLOCKER = blocker(
+    '{"pyspark", "pandas", "pyarrow", "aiokafka", "confluent_kafka", "matplotlib", "rich", "javaproperties"}'
+)
 
 # The core at work: a plan, a partitioned queue's assignment, a BatchQueue draining 100 items.
 CORE_USE = textwrap.dedent("""
