@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 # Spark's Python workers must run this interpreter (it has pyarrow); set before any session starts.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# `import readline` (pytest loads it) writes the terminal's COLUMNS into the C environment, which
+# every subprocess inherits though os.environ never held it: the command would wrap its error lines
+# at 80 columns in a test's pipe as on a terminal. Only a COLUMNS the user set is kept.
+if "COLUMNS" not in os.environ:
+    os.unsetenv("COLUMNS")
 
 
 @pytest.fixture(autouse=True)

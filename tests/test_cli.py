@@ -6,24 +6,16 @@ import argparse
 import importlib.metadata
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 import rebalancer
+from cli_helpers import command_tree
 from rebalancer import cli
 
 
-def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _tree(sub, (*path, name))
-
-
 def _commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    return list(_tree(cli.build_parser()))
+    return list(command_tree(cli.build_parser()))
 
 
 def test_version_is_the_installed_distributions(capsys):
@@ -39,7 +31,7 @@ def test_every_component_and_sub_command_is_registered():
     paths = {path for path, _ in _commands()}
     assert {("pipeline", "run"), ("pipeline", "generate"), ("queue", "demo"), ("shedding", "simulate"),
             ("shedding", "compare"), ("consumers", "demo"), ("produce", "demo")} <= paths
-    assert {p[0] for p in paths if p} == {"pipeline", "queue", "shedding", "consumers", "produce"}
+    assert {p[0] for p in paths if p} == {"pipeline", "queue", "shedding", "consumers", "produce", "stop"}
 
 
 def test_every_command_has_a_paragraph_and_every_flag_help_and_its_default():
@@ -70,14 +62,14 @@ def test_the_top_help_says_what_it_is_for():
     text = cli.build_parser().format_help()
     assert "Keep partitioned work balanced" in text
     assert "rebalancer pipeline run" in text and "rebalancer consumers demo" in text
-    for name in ("pipeline", "queue", "shedding", "consumers", "produce"):
+    for name in ("pipeline", "queue", "shedding", "consumers", "produce", "stop"):
         assert f"    {name}" in text
 
 
 def test_help_shows_defaults_once():
     text = cli.build_parser()._subparsers._group_actions[0].choices["queue"]  # type: ignore[union-attr]
     demo_help = text._subparsers._group_actions[0].choices["demo"].format_help()  # type: ignore[union-attr]
-    assert "(default 300)" in demo_help and "(default: 300)" not in demo_help
+    assert demo_help.count("(default: 300)") == 1 and "(default 300)" not in demo_help
     assert "(default: 10)" in demo_help  # --top had no default in its help: the formatter adds it
 
 
@@ -85,7 +77,7 @@ def test_help_shows_defaults_once():
     (["queue", "demo", "--bogus"], "rebalancer: error: unrecognized arguments: --bogus\n"),
     ([], "rebalancer: error: the following arguments are required: COMPONENT\n"),
     (["nope"], "rebalancer: error: argument COMPONENT: invalid choice: 'nope' "
-               "(choose from pipeline, queue, shedding, consumers, produce)\n"),
+               "(choose from pipeline, queue, shedding, consumers, produce, stop)\n"),
     (["queue", "demo", "--types", "x"], "rebalancer queue demo: error: argument --types: expected an integer, got 'x'\n"),
     (["consumers"], "rebalancer consumers: error: the following arguments are required: COMMAND\n"),
 ])
@@ -94,8 +86,8 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, argv, err):
         cli.main(argv)
     assert exit_.value.code == 2
     captured = capsys.readouterr()
-    assert captured.err.replace("'nope' (choose from 'pipeline', 'queue', 'shedding', 'consumers', 'produce')",
-                                "'nope' (choose from pipeline, queue, shedding, consumers, produce)") == err
+    assert captured.err.replace("'nope' (choose from 'pipeline', 'queue', 'shedding', 'consumers', 'produce', 'stop')",
+                                "'nope' (choose from pipeline, queue, shedding, consumers, produce, stop)") == err
     assert captured.out == ""
 
 
@@ -129,7 +121,7 @@ def test_a_missing_extra_keeps_the_component_listed_and_names_the_extra(monkeypa
     assert "partition-rebalancer[spark]" in parser.format_help()
     assert cli.main(["pipeline", "run", "--input", "x"]) == 2
     assert capsys.readouterr().err == (
-        "rebalancer: error: rebalancer.pipeline needs pyspark, from the 'spark' extra: "
+        "rebalancer: error: rebalancer pipeline needs pyspark, from the 'spark' extra: "
         "pip install 'partition-rebalancer[spark]'\n"
     )
 

@@ -12,11 +12,11 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import command_tree
 from rebalancer import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +59,7 @@ NUMERIC_FLAGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
         ("--brokers", "i"), ("--partitions", "i"), ("--messages", "i"), ("--rate", "f"), ("--linger-ms", "f"),
         ("--value-bytes", "i"),
     ),
+    ("stop",): (("--grace", "f"),),
 }
 # What a command needs besides the flag under test, to get as far as checking it.
 REQUIRED: dict[tuple[str, ...], list[str]] = {
@@ -68,14 +69,6 @@ REQUIRED: dict[tuple[str, ...], list[str]] = {
     ("shedding", "record"): ["--out", "unused"],
 }
 CASES = [(command, flag, kind) for command, flags in NUMERIC_FLAGS.items() for flag, kind in flags]
-
-
-def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _tree(sub, (*path, name))
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +106,7 @@ def test_the_numeric_flags_listed_here_are_every_numeric_flag(parser):
     from rebalancer.pipeline.run_fields import SETTINGS
 
     found: dict[tuple[str, ...], set[str]] = {}
-    for path, sub in _tree(parser):
+    for path, sub in command_tree(parser):
         for action in sub._actions:
             if not action.option_strings or action.type is None:
                 continue

@@ -16,27 +16,16 @@ import pytest
 from packaging.requirements import Requirement
 
 import rebalancer
+from cli_helpers import blocker
 from rebalancer._extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("balance", "queue", "consumers", "shedding", "pipeline", "produce", "testing", "cli")
 
 # Imports every package an extra brings fail, as on a core-only install (pip install partition-rebalancer).
-BLOCKER = textwrap.dedent("""
-    import sys
-    from importlib.abc import MetaPathFinder
-
-    BLOCKED = {"pyspark", "pandas", "pyarrow", "aiokafka", "confluent_kafka", "matplotlib", "rich",
-               "javaproperties"}
-
-    class Blocker(MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, Blocker())
-""")
+BLOCKER = blocker(
+    '{"pyspark", "pandas", "pyarrow", "aiokafka", "confluent_kafka", "matplotlib", "rich", "javaproperties"}'
+)
 
 # The core at work: a plan, a partitioned queue's assignment, a BatchQueue draining 100 items.
 CORE_USE = textwrap.dedent("""
@@ -280,7 +269,10 @@ def _make_dry_run(target: str, tmp_path: Path) -> list[str]:
 def test_make_run_installs_only_the_main_jobs_extras_and_make_test_everything(tmp_path: Path):
     run = _make_dry_run("run", tmp_path)
     installs = [line for line in run if " -m pip install " in line and "--upgrade pip" not in line]
-    assert installs == [".venv/bin/python -m pip install --quiet -e '.[spark,cli]'"]
+    assert installs == [".venv/bin/python -m pip install -e '.[spark,cli]'"]  # no --quiet: pip's progress shows
+    # One line first: what comes, and about how long it takes (issue 46, item 3).
+    said = 'echo "make run: installs pyspark, pandas, pyarrow, matplotlib, rich (~1 GB, 2-4 min)"'
+    assert run.index(said) < run.index(installs[0]) and len(said) - len('echo ""') <= 80
     assert "scripts/ensure-java.sh" in run and run[-1].startswith(".venv/bin/rebalancer pipeline run")
     assert not [line for line in run if "postgres" in line or "maven" in line or "kafka" in line]
     test = _make_dry_run("test", tmp_path)

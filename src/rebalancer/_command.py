@@ -14,32 +14,36 @@ import argparse
 import importlib
 import logging
 import os
+import shutil
 import sys
 import textwrap
 import traceback
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from rebalancer import DISTRIBUTION, __version__
-from rebalancer._extras import MissingExtraError, require_extra
+from rebalancer._extras import MissingExtraError, deferred_extras, require_extra
 from rebalancer._secrets import MaskedFormatter, masked_text
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # what Python exits with on an uncaught exception
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+# The examples are kept as written (wrapped only where the terminal is narrower than 80 columns).
 DESCRIPTION = """\
 Keep partitioned work balanced, at every level: the Spark tasks of a job, the drain threads of an
 in-process queue, the consumer flows of a partitioned queue, the requests of a Kafka producer, and
-the brokers of a cluster. Each command below is one of those components; run `rebalancer COMPONENT
---help` for its sub-commands. The main job is `rebalancer pipeline run` (what `make run` does).
+the brokers of a cluster. Each command below but `stop` is one of those components; run `rebalancer
+COMPONENT --help` for its sub-commands. The main job is `rebalancer pipeline run` (what `make run`
+does).
 
 examples:
-  rebalancer pipeline run                   # the Spark pipeline on a generated sample, results in out/
-  rebalancer consumers demo                 # a 4th consumer joins a 7-partition queue, step by step
-  rebalancer queue demo --rebalance-ms 500  # a skewed workload through the BatchQueue
-  rebalancer shedding compare --small       # Pulsar's load-shedding strategies against ours
+  rebalancer pipeline run                   # the Spark job, results in out/
+  rebalancer consumers demo                 # a 4th flow joins 7 partitions
+  rebalancer queue demo --rebalance-ms 500  # a skewed load on the BatchQueue
+  rebalancer shedding compare --small       # Pulsar's shedders against ours
+  rebalancer stop                           # stop what this project started
 """
 
 # (sub-command, module with register(parser), help, one-paragraph description)
@@ -90,10 +94,28 @@ COMPONENTS: tuple[tuple[str, str, str, str], ...] = (
         "`demo` runs it against a local mock Kafka cluster and prints the requests the brokers "
         "counted. Needs the 'kafka' extra.",
     ),
+    (
+        "stop",
+        "rebalancer._stop",
+        "stop what this project started and left running: Kafka brokers, PostgreSQL, Spark's JVMs",
+        "Stop the processes this project started that still run (a test's Kafka brokers, a private "
+        "PostgreSQL server, the JVM of a stuck Spark run, a stream run), found by the pid files their "
+        "starters write, and nothing else: never another user's Spark or Kafka. Each is checked to be "
+        "the process that was recorded (a pid is reused), asked to stop, and killed if it has not "
+        "stopped within --grace seconds.",
+    ),
 )
 
 
 Component = tuple[str, str, str, str]
+
+# The extras a component's sub-commands need to run: each prints with rich ('cli'), and the pipeline
+# and the producer need their own. Their `--help` needs none, and names them.
+COMPONENT_EXTRAS: dict[str, tuple[str, ...]] = {
+    "pipeline": ("cli", "spark"),
+    "produce": ("cli", "kafka"),
+    "stop": (),
+}
 
 
 class Explained(NamedTuple):
@@ -117,7 +139,9 @@ class UsageError(Exception):
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows every flag's default, and keeps indented blocks (examples) of a description as written."""
+    """Shows every flag's default, one way: `(default: X)`, a float as `%g` writes it (`10`, not
+    `10.0`); a help text that says its default itself says it so. Keeps indented blocks (examples)
+    of a description as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         help_text = action.help or ""
@@ -126,24 +150,84 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             default is None
             or isinstance(default, bool)
             or default is argparse.SUPPRESS
+            or isinstance(action, argparse._CountAction)  # -v's 0 says nothing
             or "default" in help_text
+            or not (action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))
         ):
             return help_text
-        return super()._get_help_string(action)
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        return f"{help_text} (default: {shown.replace('%', '%%')})"
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        """Never at a hyphen: `pip install 'partition-rebalancer[spark]'` must stay copyable."""
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+        """At spaces only: `pip install 'partition-rebalancer[spark]'` or a URL must stay copyable."""
+        return _wrap(" ".join(text.split()), width)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Paragraphs filled; a block whose lines after the first are indented (examples) kept as
+        written, except that a line wider than the terminal wraps at spaces under its own indent (a
+        `# comment` continues as a comment)."""
         blocks = []
         for block in text.strip("\n").split("\n\n"):
             lines = block.splitlines()
             if len(lines) > 1 and all(line.startswith("  ") for line in lines[1:]):
-                blocks.append("\n".join(indent + line for line in lines))
+                blocks.append("\n".join(kept for line in lines for kept in _kept_line(indent + line, width)))
             else:
-                blocks.append(super()._fill_text(block, width, indent))
+                blocks.append("\n".join(indent + line for line in _wrap(" ".join(block.split()), width - len(indent))))
         return "\n\n".join(blocks)
+
+
+def _wrap(text: str, width: int, hang: str = "") -> list[str]:
+    """`text` in lines of at most `width`, broken at spaces only: never inside a word, a flag, a path
+    or a URL (a word wider than the line stays whole, on its own line)."""
+    return textwrap.wrap(
+        text, max(width, len(hang) + 20), subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
+    ) or [""]
+
+
+def _kept_line(line: str, width: int) -> list[str]:
+    """An example line as written if it fits, else wrapped at spaces: a shell comment's tail after
+    `# ` under its `#`, a command's under its indent plus four."""
+    if len(line) <= width:
+        return [line]
+    command, mark, comment = line.partition("  # ")
+    if mark and len(command.rstrip()) <= width:
+        at = len(command) + 2
+        if width - at >= 20:  # the comment's column leaves room: continue it there
+            first, *rest = _wrap(comment, width - at - 2)
+            return [f"{command}  # {first}", *(" " * at + "# " + more for more in rest)]
+        indent = " " * (len(line) - len(line.lstrip()))
+        return [*(f"{indent}# {part}" for part in _wrap(comment, width - len(indent) - 2)), command.rstrip()]
+    indent = " " * (len(line) - len(line.lstrip()))
+    return _wrap(line, width, hang=indent + "    ")
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The width lines written to `stream` must fit: COLUMNS when set (what rich's console and argparse
+    read too), else the terminal's if `stream` is one; None for a pipe or a file, where a line is
+    left whole for whatever reads it."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.strip().isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if stream.isatty():
+            return shutil.get_terminal_size().columns
+    except (AttributeError, ValueError, OSError):  # a replaced or closed stream
+        pass
+    return None
+
+
+def fitted(text: str, stream: TextIO = sys.stderr) -> str:
+    """`text` wrapped at spaces to `stream`'s width (see terminal_width), continuation lines indented
+    by two: an error line wider than the terminal wraps where a reader expects, never mid-word."""
+    width = terminal_width(stream)
+    if width is None:
+        return text
+    return "\n".join(part for line in text.split("\n") for part in _wrap(line, width, hang="  "))
+
+
+def print_error(text: str) -> None:
+    """One error on stderr, fitted to the terminal."""
+    print(fitted(text, sys.stderr), file=sys.stderr)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -155,19 +239,79 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, fitted(f"{self.prog}: error: {message}") + "\n")
 
 
-def _missing_extra(exc: MissingExtraError) -> Callable[[argparse.Namespace], int]:
+def _raises(exc: MissingExtraError) -> Callable[[argparse.Namespace], int]:
+    """The handler of a sub-command whose extra is missing: the error that names it, and no work."""
+
     def handler(args: argparse.Namespace) -> int:
-        raise UsageError(str(exc))
+        raise exc
 
     return handler
 
 
+def _missing(name: str, extras: Sequence[str]) -> list[MissingExtraError]:
+    """For each of `extras` not installed, the error naming it and what it lacks (nothing is imported)."""
+    found = []
+    for extra in extras:
+        try:
+            require_extra(f"rebalancer {name}", extra)
+        except MissingExtraError as exc:
+            found.append(exc)
+    return found
+
+
+def _needs_line(extras: Sequence[str], missing: Sequence[MissingExtraError]) -> str:
+    """What a component's help says it needs: `needs the 'cli' and 'kafka' extras: pip install ...`."""
+    names = " and ".join(f"'{extra}'" for extra in extras)
+    line = f"Needs the {names} extra{'s' * (len(extras) > 1)}: pip install '{DISTRIBUTION}[{','.join(extras)}]'"
+    if missing:
+        line += f" (not installed here: {', '.join(m for exc in missing for m in exc.missing)})"
+    return line
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """`parser` and every sub-command's parser below it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # an alias maps to its parser again
+                yield from _parsers(sub)
+
+
+def _register_without(component: argparse.ArgumentParser, module_name: str, missing: MissingExtraError) -> None:
+    """The component's sub-commands and flags for `--help` on an install without its extra: its
+    commands module loaded with the extra's checks deferred (`deferred_extras`), every handler
+    replaced by the error naming the extra, and the modules loaded that way forgotten (an import
+    of the package later raises as before). A commands module that needs the extra's packages to
+    load at all leaves the component taking any arguments, its `--help` naming the extra."""
+    before = set(sys.modules)
+    try:
+        with deferred_extras() as deferred:
+            importlib.import_module(module_name).register(component)
+    except ImportError:
+        deferred = [missing]
+        component.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        component.set_defaults(func=_raises(missing), help_of=component)
+    finally:
+        if deferred:
+            for name in set(sys.modules) - before:
+                if name.startswith("rebalancer."):
+                    del sys.modules[name]
+                    parent, _, child = name.rpartition(".")  # `from rebalancer import produce` reads it
+                    if parent in sys.modules and getattr(sys.modules[parent], child, None) is not None:
+                        delattr(sys.modules[parent], child)
+    for parser in _parsers(component):
+        if parser.get_default("func") is not None:
+            parser.set_defaults(func=_raises(missing))
+
+
 def build_parser(components: Sequence[Component], load: Collection[str] | None = None) -> argparse.ArgumentParser:
     """Every component's commands. A module that fails to import is an error, except for a missing
-    optional extra: that component stays listed and says which extra to install when used.
+    optional extra: the component stays listed, marked, its sub-commands' `--help` works and names
+    the extra (see `_register_without`), and running one is one line saying what to install. Every
+    page of a component says the extras it needs (COMPONENT_EXTRAS).
 
     `load` names the components whose commands are imported (None: all of them); the others are
     listed with their help only, so `rebalancer --help` and `--version` import no Spark or pandas,
@@ -187,23 +331,21 @@ def build_parser(components: Sequence[Component], load: Collection[str] | None =
     sub = parser.add_subparsers(dest="component", metavar="COMPONENT", parser_class=OneLineParser)
     sub.required = True
     for name, module_name, help_text, description in components:
-        if load is not None and name not in load:
-            sub.add_parser(name, help=help_text, description=description)
-            continue
-        try:
-            require_extra(f"rebalancer {name}", "cli")  # every sub-command prints with rich
-            module = importlib.import_module(module_name)
-        except MissingExtraError as exc:
-            component = sub.add_parser(
-                name,
-                help=f"{help_text} [needs: pip install '{DISTRIBUTION}[{exc.extra}]']",
-                description=description,
-            )
-            component.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-            component.set_defaults(func=_missing_extra(exc))
-            continue
+        extras = COMPONENT_EXTRAS.get(name, ("cli",))
+        missing = _missing(name, extras)
+        if missing:
+            help_text += f" [needs: pip install '{DISTRIBUTION}[{','.join(exc.extra for exc in missing)}]']"
         component = sub.add_parser(name, help=help_text, description=description)
-        module.register(component)
+        if load is not None and name not in load:
+            continue
+        if missing:
+            _register_without(component, module_name, missing[0])
+        else:
+            importlib.import_module(module_name).register(component)
+        if extras:
+            for command in _parsers(component):
+                epilog = _needs_line(extras, missing)
+                command.epilog = f"{command.epilog}\n\n{epilog}" if command.epilog else epilog
     return parser
 
 
@@ -236,18 +378,22 @@ def run_command(argv: Sequence[str], build: Callable[[Collection[str]], argparse
     configure_logging(args.verbose)
     handler = getattr(args, "func", None)
     if handler is None:
-        parser.exit(EXIT_USAGE, f"rebalancer {args.component}: error: a sub-command is required\n")
+        parser.exit(EXIT_USAGE, fitted(f"rebalancer {args.component}: error: a sub-command is required") + "\n")
+    help_of = getattr(args, "help_of", None)
+    if help_of is not None and {"-h", "--help"} & set(args.rest):  # a component whose extra is missing
+        help_of.print_help()
+        return 0
     try:
         return int(handler(args) or 0)
     except (UsageError, ValueError, MissingExtraError) as exc:
         # masked_text: the last guard for a URI's password in a message that quotes one whole
-        print(f"rebalancer: error: {masked_text(str(exc))}{_log_note()}", file=sys.stderr)
+        print_error(f"rebalancer: error: {masked_text(str(exc))}{_log_note()}")
         return EXIT_USAGE
     except OSError as exc:  # FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError...
-        print(f"rebalancer: error: {masked_text(_os_error(exc))}{_log_note()}", file=sys.stderr)
+        print_error(f"rebalancer: error: {masked_text(_os_error(exc))}{_log_note()}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print(f"rebalancer: interrupted{_log_note()}", file=sys.stderr)
+        print_error(f"rebalancer: interrupted{_log_note()}")
         return 130
     except Exception as exc:
         for explainer in _explainers():
@@ -255,7 +401,7 @@ def run_command(argv: Sequence[str], build: Callable[[Collection[str]], argparse
             if explained is not None:
                 if explained.traceback:
                     print_traceback(exc)
-                print(f"rebalancer: error: {explained.line}", file=sys.stderr)
+                print_error(f"rebalancer: error: {explained.line}")
                 return EXIT_USAGE
         print_traceback(exc)  # a failure no command foresaw, verbose or not
         return EXIT_FAILURE

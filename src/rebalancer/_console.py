@@ -10,9 +10,13 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable, Sequence
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
+
+_UNBOUNDED = 1_000_000  # columns: a width no table reaches
 
 
 def console() -> Console:
@@ -25,10 +29,11 @@ def _cell_width(text: str) -> int:
 
 
 def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[str] = (),
-                wrap: Sequence[str] = (), show_lines: bool = False) -> Table:
+                wrap: Sequence[str] = (), show_lines: bool = False, compact: bool = False) -> Table:
     """Each column as wide as its widest cell or its header's longest word: headers wrap at spaces,
     cells do not, except in the columns named in `wrap`, whose cells take about three lines.
-    Columns named in `right` are right-justified."""
+    Columns named in `right` are right-justified. `compact`: a rule under the header and two spaces
+    between columns, no frame (a grid of short numbers in 80 columns)."""
     columns = []
     for i, header in enumerate(headers):
         words = header.split()
@@ -39,23 +44,26 @@ def build_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
         widest_word = max((len(w) for w in words), default=0)
         width = max(widest_word, widest)
         columns.append(Column(header, justify="right" if header in right else "left", width=width))
-    t = Table(*columns, show_lines=show_lines)
+    if compact:
+        t = Table(*columns, show_lines=show_lines, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)  # fmt: skip
+    else:
+        t = Table(*columns, show_lines=show_lines)
     for r in rows:
         t.add_row(*r)
     return t
 
 
 def fits(out: Console, t: Table) -> bool:
-    """Whether `t` fits side by side. rich's own measurement is capped at the console's width, so
-    this adds it up: each column's fixed width and padding, one rule between columns and at each edge."""
-    left, right = t.padding[3], t.padding[1]
-    needed = sum((c.width or 0) + left + right for c in t.columns) + len(t.columns) + 1
-    return needed <= out.width
+    """Whether `t` fits side by side: its width as rich lays it out (columns, padding, rules and
+    edges), measured without the console's width as a cap, which rich's own measurement applies."""
+    unbounded = out.options.update_width(_UNBOUNDED)
+    return Measurement.get(out, unbounded, t).maximum <= out.width
 
 
 def print_table(out: Console, title: str, headers: Sequence[str], rows: Iterable[Sequence[str]], *,
                 right: Sequence[str] = (), wrap: Sequence[str] = (), show_lines: bool = False,
-                keys: int = 1) -> None:
+                keys: int = 1, compact: bool = False) -> None:
     """A titled table; vertical when too narrow: per row a heading (its first `keys` cells), then one
     `header: value` line per other cell.
 
@@ -63,7 +71,7 @@ def print_table(out: Console, title: str, headers: Sequence[str], rows: Iterable
     wrap at the table's own width, mid-phrase.
     """
     rows = [list(r) for r in rows]
-    t = build_table(headers, rows, right=right, wrap=wrap, show_lines=show_lines)
+    t = build_table(headers, rows, right=right, wrap=wrap, show_lines=show_lines, compact=compact)
     print_wrapped(out, title, style="bold")
     if fits(out, t):
         out.print(t)

@@ -15,7 +15,9 @@ extras so that a user of the BatchQueue does not install Spark:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 
 from rebalancer import DISTRIBUTION
 
@@ -52,7 +54,32 @@ def require_extra(component: str, extra: str, modules: tuple[str, ...] | None = 
         raise ValueError(f"extra must be one of {sorted(EXTRAS)}, got {extra!r}")
     missing = [m for m in (modules or EXTRAS[extra]) if _absent(m)]
     if missing:
-        raise MissingExtraError(component, extra, missing)
+        error = MissingExtraError(component, extra, missing)
+        if _deferred:
+            _deferred[-1].append(error)
+            return
+        raise error
+
+
+# The lists `deferred_extras()` collects into, innermost last; empty: require_extra raises.
+_deferred: list[list[MissingExtraError]] = []
+
+
+@contextlib.contextmanager
+def deferred_extras() -> Iterator[list[MissingExtraError]]:
+    """Within: require_extra records a missing extra in the list yielded instead of raising.
+
+    For the command's parser only: `rebalancer produce demo --help` must load the produce package's
+    `commands` module (its flags) on an install without the 'kafka' extra, whose `__init__` checks
+    the extra first. A module loaded this way must not be used for work: the command replaces its
+    handlers with one that raises the recorded error, and forgets the modules loaded.
+    """
+    found: list[MissingExtraError] = []
+    _deferred.append(found)
+    try:
+        yield found
+    finally:
+        _deferred.pop()
 
 
 def _absent(module: str) -> bool:

@@ -28,6 +28,8 @@ import weakref
 from collections.abc import Sequence
 from typing import IO
 
+from rebalancer._pidfiles import forget, record
+
 __all__ = ["COMMAND_TIMEOUT_S", "Watchdog"]
 
 COMMAND_TIMEOUT_S = 120.0  # each cleanup command's bound: a hung `pg_ctl stop` must not hold the rest
@@ -86,6 +88,9 @@ class Watchdog:
     each of `commands`, then removes each of `remove` (a directory with everything in it).
 
     `stop()` (the owner's own clean-up has run) ends the watchdog without it doing anything.
+
+    Each of `kill_groups` also gets a pid file (`rebalancer._pidfiles`, named `what`), so that
+    `rebalancer stop` can stop it while its owner lives on; `stop()` and the watchdog remove it.
     """
 
     def __init__(
@@ -94,13 +99,16 @@ class Watchdog:
         kill_groups: Sequence[int] = (),
         commands: Sequence[Sequence[str]] = (),
         remove: Sequence[str | os.PathLike[str]] = (),
+        what: str | None = None,
     ) -> None:
         self.owner_pid = os.getpid()
+        groups = [int(group) for group in kill_groups]
+        self._pid_files = [entry for group in groups if (entry := record(group, what)) is not None]
         spec = {
             "owner": self.owner_pid,
-            "groups": [int(group) for group in kill_groups],
+            "groups": groups,
             "commands": [[str(arg) for arg in command] for command in commands],
-            "remove": [os.fspath(path) for path in remove],
+            "remove": [*(os.fspath(path) for path in remove), *(str(entry.path) for entry in self._pid_files)],
             "timeout": COMMAND_TIMEOUT_S,
         }
         self.process: subprocess.Popen[bytes] = subprocess.Popen(
@@ -122,6 +130,8 @@ class Watchdog:
         if os.getpid() != self.owner_pid:
             return
         with self._lock:
+            for entry in self._pid_files:
+                forget(entry)
             if self.process.returncode is not None:
                 return
             # Killed before its pipe closes: a watchdog that saw the pipe close first would clean up.

@@ -5,6 +5,7 @@ only the files that were there before; a failed start stops what it started; the
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from process_helpers import alive, killed_owner, wait_gone
+from rebalancer import _pidfiles
 from rebalancer.testing.postgres import LocalPostgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
@@ -121,3 +123,40 @@ def test_detach_starts_no_watchdog(parent: Path) -> None:
         assert server._watchdog is None
     finally:
         server.stop()
+
+
+def test_a_detached_server_has_a_pid_file_and_rebalancer_stop_stops_it(
+    parent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46, item 7: `rebalancer stop`, not `pkill`, stops the server `postgres start` left
+    running: a fast shutdown (SIGINT to the postmaster), after which its pid file is gone."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the pid files of this test alone
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    cli = [sys.executable, "-m", "rebalancer.cli"]
+    started = subprocess.run([*cli, "pipeline", "postgres", "start", "--dir", str(parent)],
+                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    server = LocalPostgres(parent)
+    postmaster = postmaster_of(server)
+    try:
+        (entry,) = _pidfiles.recorded()
+        assert (entry.pid, entry.group, entry.signal) == (postmaster, False, "SIGINT")
+        assert entry.what.startswith(f"PostgreSQL in {parent} on 127.0.0.1:")
+        stopped = subprocess.run([*cli, "stop"], capture_output=True, text=True, timeout=120, env=env)
+        assert (stopped.returncode, stopped.stdout) == (0, f"stopped: {entry.what} (pid {postmaster})\n")
+        assert wait_gone([postmaster], timeout_s=60) == []
+        assert not (server.data_dir / "postmaster.pid").exists()  # a clean shutdown removes it
+        assert _pidfiles.recorded() == []
+    finally:
+        server.stop()
+
+
+def test_postgres_stop_removes_the_servers_pid_file(parent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    server = LocalPostgres(parent, fast=True)
+    try:
+        server.start()
+        assert [entry.pid for entry in _pidfiles.recorded()] == [postmaster_of(server)]
+    finally:
+        server.stop()
+    assert _pidfiles.recorded() == []

@@ -115,13 +115,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     setting(
         "output",
         "directory for metrics, quarantine, summary.json, plan.json and report.html: a local path or a "
-        "Hadoop filesystem URI (file://, hdfs://, s3a://, gs://, abfs://)",
+        "Hadoop filesystem URI: file://, hdfs://, s3a://, gs://, abfs://",
     )
     setting("format", "input format (default: by extension)")
     setting("partitioning", "weighted: types placed on tasks by measured load; hash: Spark's hash placement")
     setting(
         "partitions",
-        "Spark tasks the work is spread over, hash or weighted (the same on any machine, enough to show skew)",
+        "Spark tasks the work is spread over, hash or weighted; the same on any machine, enough to show skew",
     )
     run.add_argument(
         "--master",
@@ -143,14 +143,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     setting("checkpoint", "--stream: a path or URI (default: OUTPUT/_checkpoint)")
     setting(
         "group_cost",
-        "a weighted batch run: rows-equivalent cost of one handler call added to every planned item "
-        "(default 0: rows only)",
+        "a weighted batch run: rows-equivalent cost of one handler call added to every planned item; "
+        "0 counts rows only",
     )
     setting(
         "kafka_timeout",
         "a kafka:// input: how long to wait for the brokers' metadata and offsets before failing "
         "(an unreachable server, a missing topic, a refused login); the reader option "
-        "metadataTimeoutMs (default 10)",
+        "metadataTimeoutMs (default: 10)",
     )
     run.add_argument(
         "--connect-timeout",
@@ -162,8 +162,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     setting(
         "mode",
         "an output that already holds a run: error refuses it; overwrite replaces that whole run "
-        "(report, plan and checkpoint included); append adds this run to it (a stream resuming from its "
-        "checkpoint, a kafka:// ?group= run)",
+        "(report, plan and checkpoint included); append adds this run to it: a stream resuming from its "
+        "checkpoint, a kafka:// ?group= run",
     )
     setting(
         "plan_from",

@@ -26,12 +26,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "rebalancing evens them out) and the counters, which must reconcile: every item produced is "
         "dispatched or counted as unhandled.",
     )
-    demo.add_argument("--types", type=integer(), default=300, help="item types, one handler each (default 300)")
-    demo.add_argument("--seconds", type=finite_float(), default=3.0, help="how long producers run (default 3)")
-    demo.add_argument("--threads", type=integer(), default=4, help="drain workers (default 4)")
-    demo.add_argument("--producers", type=integer(), default=2, help="producer threads (default 2)")
-    demo.add_argument("--skew", type=finite_float(), default=1.1, help="Zipf exponent of per-type volume (default 1.1)")
-    demo.add_argument("--rebalance-ms", type=finite_float(), default=0, help="throughput rebalancing interval (0 = off)")
+    demo.add_argument("--types", type=integer(), default=300, help="item types, one handler each")
+    demo.add_argument("--seconds", type=finite_float(), default=3.0, help="how long producers run")
+    demo.add_argument("--threads", type=integer(), default=4, help="drain workers")
+    demo.add_argument("--producers", type=integer(), default=2, help="producer threads")
+    demo.add_argument("--skew", type=finite_float(), default=1.1, help="Zipf exponent of per-type volume")
+    demo.add_argument("--rebalance-ms", type=finite_float(), default=0, help="throughput rebalancing interval; 0 turns it off")
     demo.add_argument("--top", type=integer(), default=10, help="partitions to show in the usage table")
     demo.set_defaults(func=run_demo)
 

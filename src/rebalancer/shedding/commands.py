@@ -1,16 +1,17 @@
-"""``rebalancer shedding simulate|compare|replay|record``."""
+"""``rebalancer shedding simulate|compare|replay|record``.
+
+rich (the 'cli' extra) loads when a command runs: `--help` works without it.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from rebalancer._args import finite_float, integer, local_path
-from rebalancer._console import console as make_console
-from rebalancer._console import print_table, print_wrapped
 from rebalancer.shedding.compare import (
     PIP_COLUMNS,
     Comparison,
@@ -32,6 +33,9 @@ from rebalancer.shedding.sim import (
     simulate,
     with_minutes,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _positive = integer(minimum=1)
 _non_negative = integer(minimum=0)
@@ -60,7 +64,7 @@ def _replay_inputs(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=_non_negative, default=0, help="random seed (runs are reproducible)")
+    p.add_argument("--seed", type=_non_negative, default=0, help="random seed; runs are reproducible")
     p.add_argument(
         "--report-delay", type=_non_negative, default=1, help="minutes the leader's load data lags"
     )
@@ -139,8 +143,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "load manager acting: example input for `replay` and `compare --reports`.",
     )
     rec.add_argument("--scenario", default="heterogeneous", help=f"scenario: {scenario_names}")
-    rec.add_argument("--minutes", type=_positive, default=20, help="snapshots to write (>= 2)")
-    rec.add_argument("--seed", type=_non_negative, default=0, help="random seed (runs are reproducible)")
+    rec.add_argument("--minutes", type=_positive, default=20, help="snapshots to write, at least 2")
+    rec.add_argument("--seed", type=_non_negative, default=0, help="random seed; runs are reproducible")
     rec.add_argument("--out", type=local_path, required=True, help="directory for the snapshot JSON files")
     rec.set_defaults(func=record_command)
 
@@ -162,6 +166,9 @@ def simulate_command(args: argparse.Namespace) -> int:
         sc = with_minutes(sc, args.minutes)
     combo = combination(args.strategy)
     result = simulate(sc, combo, seed=args.seed, config=_config(args))
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_wrapped
+
     console = make_console()
     _print_summary(console, result.summary(), f"{sc.title} — {combo.name} (seed {args.seed})", "minutes")
     if args.plot is not None:
@@ -188,32 +195,76 @@ def metric_labels(step: str = "minutes") -> dict[str, str]:
 
 
 def _print_summary(console: Console, summary: dict, title: str, step: str) -> None:
+    from rebalancer._console import print_table
+
     labels = metric_labels(step)
     rows = [[labels.get(key, key), "never" if value is None else str(value)] for key, value in summary.items()]
     print_table(console, title, ["metric", "value"], rows, right=["value"])
 
 
+def short_name(name: str) -> str:
+    """A combination's name as a narrow table's column: its shedder without `Shedder` (or
+    `LoadShedder`), and its note: `ThresholdShedder+LeastResourceUsageWithWeight` is `Threshold`,
+    `BalancedShedder (ours)` is `Balanced (ours)`."""
+    head, _, note = name.partition(" ")
+    shedder = head.split("+")[0]
+    for suffix in ("LoadShedder", "Shedder"):
+        if shedder.endswith(suffix) and len(shedder) > len(suffix):
+            shedder = shedder.removesuffix(suffix)
+            break
+    return f"{shedder} {note}".strip()
+
+
+# SimResult.summary()'s keys in "every scenario", in its columns' order (Comparison.detail_rows').
+DETAIL_KEYS = ("moves", "converge_cycles", "final_spread", "oscillations", "over_placement", "over_unloading",
+               "overloaded_minutes")
+
+
 def print_comparison(comparison: Comparison, console: Console, pip: bool = True) -> None:
-    """Three tables, each vertical when the console is too narrow for it."""
-    if pip:
-        print_table(
-            console,
-            "PIP-364 table, measured (rating and the numbers it rests on)",
-            ["combination", *PIP_COLUMNS],
-            comparison.pip_rows(),
-            wrap=PIP_COLUMNS,
-            show_lines=True,
-        )
+    """The PIP-364 table, every scenario's numbers and the totals, each side by side where the
+    terminal is wide enough (about 170 columns for the first). Where it is not, the strategies go
+    across by short names (a legend first): the PIP-364 table with its ratings, and one table per
+    metric with a row per scenario, which fit 80 columns; a table that still does not fit is
+    printed vertically."""
+    from rebalancer._console import build_table, fits, print_table, print_wrapped
+
+    names = [combo.name for combo in comparison.combos]
+    short = [short_name(name) for name in names]
+    if len(set(short)) < len(short):  # two pairs of one shedder: only their full names tell them apart
+        short = names
     labels = metric_labels()
-    keys = ("moves", "converge_cycles", "final_spread", "oscillations", "over_placement", "over_unloading",
-            "overloaded_minutes")
-    headers = ["scenario", "combination", *(labels[k] for k in keys)]
-    print_table(console, "every scenario", headers, comparison.detail_rows(), right=headers[2:], keys=2)
+    pip_title = "PIP-364 table, measured (rating and the numbers it rests on)"
+    pip_wide = build_table(["combination", *PIP_COLUMNS], comparison.pip_rows(), wrap=PIP_COLUMNS, show_lines=True)
+    detail_headers = ["scenario", "combination", *(labels[k] for k in DETAIL_KEYS)]
+    detail_wide = build_table(detail_headers, comparison.detail_rows(), right=detail_headers[2:])
+    if (pip and not fits(console, pip_wide)) or not fits(console, detail_wide):
+        print_wrapped(console, "strategies (by short name in the narrow tables below):", style="bold")
+        width = max(len(name) for name in short)
+        for brief, name in zip(short, names):
+            print_wrapped(console, f"{brief:<{width}}  {name}", indent="  ", hang=" " * (width + 4))
+    if pip and fits(console, pip_wide):
+        print_table(console, pip_title, ["combination", *PIP_COLUMNS], comparison.pip_rows(), wrap=PIP_COLUMNS,
+                    show_lines=True)  # fmt: skip
+    elif pip:
+        ratings = comparison.pip_rows(numbers=False)
+        rows = [[column, *(row[1 + i] for row in ratings)] for i, column in enumerate(PIP_COLUMNS)]
+        print_table(console, "PIP-364 table, measured: the ratings (the numbers they rest on follow)",
+                    ["column", *short], rows, compact=True)  # fmt: skip
+    if fits(console, detail_wide):
+        print_table(console, "every scenario", detail_headers, comparison.detail_rows(), right=detail_headers[2:],
+                    keys=2)  # fmt: skip
+    else:
+        cells = {(row[0], row[1]): row[2:] for row in comparison.detail_rows()}
+        for i, key in enumerate(DETAIL_KEYS):
+            rows = [[sc.name, *(cells[(sc.name, name)][i] for name in names)] for sc in comparison.scenarios]
+            print_table(console, labels[key], ["scenario", *short], rows, right=short, compact=True)
     headers = ["combination", "moved (bundles)", "cycles to converge", "oscillations (moves back)"]
     rows = []
     for combo in comparison.combos:
         t = comparison.totals(combo.name)
         rows.append([combo.name, str(t["moves"]), str(t["converge_cycles"]), str(t["oscillations"])])
+    if not fits(console, build_table(headers, rows, right=headers[1:])):
+        rows = [[brief, *row[1:]] for brief, row in zip(short, rows)]
     print_table(
         console,
         "totals over the scenarios (a run that never converged counts the whole horizon)",
@@ -240,6 +291,9 @@ def _combos(args: argparse.Namespace, names: list[str] | None) -> list[Combinati
 
 
 def compare_command(args: argparse.Namespace) -> int:
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_wrapped
+
     combos = _combos(args, args.strategy)
     console = make_console()
     if args.reports is not None:
@@ -247,6 +301,7 @@ def compare_command(args: argparse.Namespace) -> int:
         name = f"reports in {args.reports}"
         sc = Scenario(name, name, (), (), None, len(snapshots), args.converge_target)
         config = _config(args)
+        print_wrapped(console, f"replaying {len(snapshots)} snapshots through {_count(combos, 'strategy')}...")
         results = {
             (name, c.name): replay(snapshots, c, args.seed, config, args.converge_target, name)
             for c in combos
@@ -257,12 +312,23 @@ def compare_command(args: argparse.Namespace) -> int:
     scenarios = all_scenarios(small=args.small)
     if args.scenario:
         scenarios = [scenario(name, small=args.small) for name in args.scenario]
+    print_wrapped(
+        console, f"simulating {_count(combos, 'strategy')} on {_count(scenarios, 'scenario')} (seed {args.seed})..."
+    )
     comparison = run_comparison(scenarios, combos, seed=args.seed, config=_config(args))
     print_comparison(comparison, console)
     return _write_plots(comparison, args, console)
 
 
+def _count(items: Sequence[object], noun: str) -> str:
+    """`1 strategy`, `6 strategies`, `5 scenarios`."""
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{len(items)} {noun if len(items) == 1 else plural}"
+
+
 def _write_plots(comparison: Comparison, args: argparse.Namespace, console: Console) -> int:
+    from rebalancer._console import print_wrapped
+
     if args.out is not None:
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out must be a directory, got file {str(args.out)!r}")
@@ -276,6 +342,9 @@ def replay_command(args: argparse.Namespace) -> int:
     (combo,) = _combos(args, [args.strategy])
     snapshots = load_reports(args.reports)
     result = replay(snapshots, combo, args.seed, _config(args), args.converge_target, "reports")
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_wrapped
+
     console = make_console()
     title = f"{len(snapshots)} snapshots in {args.reports} — {combo.name}"
     _print_summary(console, result.summary(), title, "snapshots")
@@ -290,5 +359,8 @@ def record_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--minutes must be >= 2 (a replay needs two snapshots), got {args.minutes}")
     sc = with_minutes(scenario(args.scenario), args.minutes)
     paths = write_reports(record(sc, seed=args.seed), args.out)
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_wrapped
+
     print_wrapped(make_console(), f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
     return 0

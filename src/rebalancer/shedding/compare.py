@@ -102,14 +102,20 @@ class Comparison:
             osc += int(r.oscillations.sum())
         return {"moves": moves, "converge_cycles": converge, "oscillations": osc}
 
-    def pip_rows(self) -> list[list[str]]:
+    def pip_rows(self, numbers: bool = True) -> list[list[str]]:
+        """Per combination, its name and each PIP-364 column's rating, with the numbers it rests on
+        (`cell`) unless not `numbers`; "-" for a column whose scenario did not run."""
         by_column = {sc.column: sc for sc in self.scenarios if sc.column}
         rows = []
         for combo in self.combos:
             row = [combo.name]
             for column in PIP_COLUMNS:
                 sc = by_column.get(column)
-                row.append(cell(column, self.results[(sc.name, combo.name)]) if sc else "-")
+                if sc is None:
+                    row.append("-")
+                    continue
+                result = self.results[(sc.name, combo.name)]
+                row.append(cell(column, result) if numbers else rate(column, result))
             rows.append(row)
         return rows
 

@@ -538,7 +538,9 @@ class KafkaCluster:
                 cwd=node.home, start_new_session=True,
             )  # fmt: skip
         self._state.started_pids.append(node.process.pid)
-        node.watchdog = Watchdog(kill_groups=[node.process.pid])
+        node.watchdog = Watchdog(
+            kill_groups=[node.process.pid], what=f"Kafka broker {node.broker_id} of a KafkaCluster in {self._state.root}"
+        )
         self._state.started_pids.append(node.watchdog.pid)
         log.debug("Kafka broker %d: pid %d, port %d", node.broker_id, node.process.pid, node.port)
 

@@ -24,6 +24,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -31,6 +32,7 @@ from types import TracebackType
 from urllib.parse import quote
 
 from rebalancer._numbers import parse_int
+from rebalancer._pidfiles import forget, record
 from rebalancer._watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -167,6 +169,9 @@ class LocalPostgres:
         try:
             self._init_cluster()
             self._start_server()
+            if (pid := self._server_pid()) is not None:  # for `rebalancer stop`; SIGINT: a fast shutdown
+                record(pid, f"PostgreSQL in {self.directory} on 127.0.0.1:{self.port}", group=False,
+                       stop_signal=signal.SIGINT)  # fmt: skip
             self._write_url()
             self._create_database()
         except BaseException:
@@ -266,11 +271,21 @@ class LocalPostgres:
     def _pg_ctl_stop(self, mode: str) -> list[str]:
         return [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-m", mode, "stop"]
 
+    def _server_pid(self) -> int | None:
+        """The running server's pid, from the first line of its postmaster.pid."""
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
     def stop(self) -> None:
         """Stop the server (a fast shutdown: sessions are ended) and its watchdog; the files stay."""
         try:
             if (self.data_dir / "postmaster.pid").exists():
+                pid = self._server_pid()
                 self._run(*self._pg_ctl_stop("fast"))
+                if pid is not None:
+                    forget(pid)
                 log.info("PostgreSQL stopped: %s", self.display_url)
         finally:
             watchdog, self._watchdog = self._watchdog, None

@@ -36,7 +36,7 @@ def add_produce_parser(sub: Any, defaults: GenerateConfig) -> None:
     produce.add_argument("--entities", type=integer(), default=defaults.entities, help="distinct entities per type")
     produce.add_argument("--bad-rate", type=finite_float(), default=defaults.bad_rate, help="share of bad rows")
     produce.add_argument("--seed", type=integer(minimum=0), default=defaults.seed, help="random seed")
-    produce.add_argument("--rate", type=finite_float(), default=0, help="events per second (default 0: as fast as possible)")
+    produce.add_argument("--rate", type=finite_float(), default=0, help="events per second; 0: as fast as possible")
     produce.add_argument(
         "--linger-ms", type=finite_float(minimum=0, maximum=LINGER_MAX_MS), default=WRITER_LINGER_MS, help="broker.linger.ms"
     )
@@ -45,8 +45,8 @@ def add_produce_parser(sub: Any, defaults: GenerateConfig) -> None:
         type=finite_float(minimum=0, exclusive=True, maximum=REQUEST_TIMEOUT_MAX_S),
         default=DEFAULT_KAFKA_TIMEOUT_S,
         metavar="SECONDS",
-        help="how long a connection or a metadata request may take before the command fails "
-        f"(the producer's request.timeout.ms; default {DEFAULT_KAFKA_TIMEOUT_S:g})",
+        help="how long a connection or a metadata request may take before the command fails: the "
+        "producer's request.timeout.ms, in seconds",
     )
     produce.set_defaults(func=cmd_produce)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import socket
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rebalancer._numbers import parse_int
+from rebalancer._pidfiles import forget, record
 from rebalancer._secrets import masked_text, shown_location
 from rebalancer.pipeline.checks import check_seconds
 from rebalancer.pipeline.session.connect import is_connect, is_connect_url
@@ -143,14 +145,27 @@ def build_session(
         else:
             builder = builder.config("spark.driver.extraJavaOptions", quiet_java_options())
             startup = jvm_stderr_filtered()
+    had_jvm = SparkContext._gateway is not None
     with startup:
         if connect_timeout is not None and str(master).lower().startswith("spark://"):
             session = _bounded_start(builder, str(master), connect_timeout, field, advice)
         else:
             session = builder.getOrCreate()
+    if not had_jvm:
+        _record_jvm(app_name)
     if not to_file:  # a log file keeps Spark's warnings too: it is read when something went wrong
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _record_jvm(app_name: str) -> None:
+    """A pid file for the JVM this process started (`rebalancer stop`), removed when this process
+    exits, as the JVM does with it. Not its group: that is this process's own."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)  # None under spark-submit: its JVM runs us
+    if process is not None and (entry := record(process.pid, f"Spark's JVM for {app_name} (driver pid {os.getpid()})", group=False)):
+        atexit.register(forget, entry)
 
 
 def _bounded_start(

@@ -17,7 +17,7 @@ def add_postgres_parser(sub: Any) -> None:
     )
     postgres.add_argument("action", choices=("start", "stop"), help="start: initialise DIR if needed and start; stop: stop it")
     postgres.add_argument("--dir", type=local_path, required=True, help="the server's directory (created by start)")
-    postgres.add_argument("--port", type=integer(minimum=1), default=None, help="default: a free port")
+    postgres.add_argument("--port", type=integer(minimum=1), default=None, help="the server's port (default: a free port)")
     postgres.set_defaults(func=cmd_postgres)
 
 
