@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import re
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,25 @@ def admin_get(base_url: str, path: str) -> Any:
     """GET on the admin REST API, independently of the cluster's own helpers."""
     with _NO_PROXY.open(f"{base_url}{path}", timeout=30) as response:
         return json.load(response)
+
+
+def admin_put(url: str) -> int:
+    """PUT on the admin API, following its 307s (urllib follows none for a PUT): the final status."""
+    for _ in range(5):
+        try:
+            with _NO_PROXY.open(urllib.request.Request(url, method="PUT"), timeout=60) as response:
+                return response.status
+        except urllib.error.HTTPError as err:
+            with err:
+                if err.code != 307:
+                    return err.code
+                url = err.headers["Location"]
+    raise AssertionError(f"more than 5 redirects from {url}")
+
+
+def owner_of(cluster: PulsarCluster, topic: str) -> str:
+    """The broker id owning `topic`'s bundle (a lookup assigns one if it has none)."""
+    return str(admin_get(cluster.admin_url, f"/lookup/v2/topic/{topic}")["httpUrl"]).removeprefix("http://")
 
 
 def new_namespace(prefix: str) -> str:
@@ -158,6 +178,46 @@ def test_messages_go_in_and_out_through_the_service_url(pulsar_cluster: PulsarCl
     # The topic's bundle now has an owner, one of the brokers.
     lookup = admin_get(pulsar_cluster.admin_url, f"/lookup/v2/topic/persistent/{name}/events")
     assert lookup["httpUrl"] in {f"http://{b}" for b in pulsar_cluster.brokers}
+
+
+def test_load_reports_show_traffic_and_unload_moves_a_bundle_to_the_broker_asked(pulsar_cluster: PulsarCluster):
+    """What a live shedder reads and does: a broker's load report counts its messages, and the admin
+    API's unload with destinationBroker hands a bundle to that broker."""
+    name = pulsar_cluster.create_namespace(new_namespace("shedding"))
+    topic = f"persistent/{name}/hot"
+    client = pulsar.Client(pulsar_cluster.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    try:
+        producer = client.create_producer(f"persistent://{name}/hot")
+        owner = owner_of(pulsar_cluster, topic)
+
+        def reported_rate() -> float:
+            for _ in range(200):
+                producer.send_async(b"x" * 100, None)
+            producer.flush()
+            report = admin_get(f"http://{owner}", "/admin/v2/broker-stats/load-report")
+            return float(report["msgRateIn"])
+
+        # Rates are the broker's stats, refreshed every 2 s (statsUpdateFrequencyInSecs): a loaded
+        # machine is given far longer.
+        assert wait_until(lambda: reported_rate() > 0, timeout_s=120)
+        bundle = _NO_PROXY.open(f"{pulsar_cluster.admin_url}/lookup/v2/topic/{topic}/bundle", timeout=30).read().decode()
+        assert re.fullmatch(r"0x[0-9a-f]{8}_0x[0-9a-f]{8}", bundle)
+        other = next(b for b in pulsar_cluster.brokers if b != owner)
+        for via in pulsar_cluster.brokers:  # the leader or not, the owner or not: both are redirected
+            target = other if owner_of(pulsar_cluster, topic) == owner else owner
+            url = f"http://{via}/admin/v2/namespaces/{name}/{bundle}/unload?destinationBroker={target}"
+            assert admin_put(url) == 204
+
+            def moved(target: str = target) -> bool:  # a lookup during the hand-over may fail: ask again
+                try:
+                    return owner_of(pulsar_cluster, topic) == target
+                except urllib.error.HTTPError:
+                    return False
+
+            assert wait_until(moved, timeout_s=60)  # once owned, a bundle stays where it is
+        producer.send(b"after the moves")  # the producer follows its bundle
+    finally:
+        client.close()
 
 
 def test_a_killed_broker_leaves_the_admin_api_and_comes_back(pulsar_cluster: PulsarCluster):

@@ -76,7 +76,8 @@ _CONFIG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*", re.ASCII)
 _HEAP = re.compile(r"[1-9][0-9]*[kKmMgG]?", re.ASCII)
 _BIND_ERRORS = ("BindException", "Address already in use", "ZooKeeper bind failed")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_STOPPED_SESSION_GRACE_S = 5.0  # beyond the metadata session timeout: how long a killed broker may stay listed
+# A topic lookup the start-up makes through each broker: it gives public/default's bundle an owner.
+_PROBE_LOOKUP = "/lookup/v2/topic/persistent/public/default/rebalancer-start-probe"
 
 # What Pulsar's own launcher (bin/pulsar) opens to Netty, the load manager's host-usage readers and
 # Pulsar's allocator; without them a broker logs reflection warnings and falls back to slower paths.
@@ -493,6 +494,10 @@ class PulsarCluster:
             self._wait(node, deadline, lambda node=node: self._ready(node), "the broker to be ready")
         self._create_cluster_metadata(deadline)
         self._wait_listed(brokers, set(self.brokers), deadline, f"within start_timeout_s={self._start_timeout_s:g}")
+        # Listed is not yet placeable: until the leader's load manager has read the brokers' load
+        # data, a lookup of a new bundle fails with "No available broker found".
+        for node in brokers:
+            self._wait(node, deadline, lambda node=node: self._lookup_ok(node), "a topic lookup to succeed")
 
     def _standalone_conf(self) -> dict[str, str]:
         """The metadata JVM's file: read as a broker's config (only its cluster name matters) and as the bookie's."""
@@ -655,6 +660,14 @@ class PulsarCluster:
             return False
         return status == 200 and body.strip() == b"OK"
 
+    @staticmethod
+    def _lookup_ok(node: _Node) -> bool:
+        try:
+            status, body = _http("GET", f"http://127.0.0.1:{node.ports['web']}{_PROBE_LOOKUP}")
+            return status == 200 and "brokerUrl" in json.loads(body)
+        except (OSError, ValueError, TypeError):
+            return False
+
     def _create_cluster_metadata(self, deadline: float) -> None:
         """The cluster, the `public` tenant and `public/default`, as PulsarClusterMetadataSetup would."""
         first = self._state.nodes[1]
@@ -803,6 +816,7 @@ class PulsarCluster:
                 try:
                     self._wait(node, deadline, lambda: self._ready(node), "the broker to be ready")
                     self._wait_listed([*live, node], {*others, broker_id}, deadline, f"after set_up({index})")
+                    self._wait(node, deadline, lambda: self._lookup_ok(node), "a topic lookup to succeed")
                 except PulsarStartError as exc:
                     _stop_nodes([node], 0)
                     if exc.bind_failed and attempt < 2 and time.monotonic() < deadline:
