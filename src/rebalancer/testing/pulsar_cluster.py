@@ -32,7 +32,6 @@ import tempfile
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,16 @@ from typing import Any
 from rebalancer._numbers import shown
 from rebalancer._watchdog import Watchdog
 from rebalancer.testing._checks import check_brokers, check_int, check_seconds
+from rebalancer.testing._jvm import (
+    cache_dir,
+    find_java,
+    free_ports,
+    jars,
+    signal_group,
+    stop_jvms,
+    stop_watchdog,
+    tail,
+)
 
 __all__ = [
     "CLUSTER_NAME",
@@ -129,15 +138,14 @@ class PulsarAdminError(RuntimeError):
 
 def pulsar_home(version: str = PULSAR_VERSION) -> Path:
     """The per-user cache `make pulsar` fills: `lib/` (the broker's, the bookie's and ZooKeeper's classpath)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rebalancer" / f"pulsar-{version}"
+    return cache_dir(f"pulsar-{version}")
 
 
 def pulsar_lib_dir() -> Path:
     """The directory of Pulsar jars: $REBALANCER_PULSAR_LIB, else `pulsar_home()/lib`."""
     override = os.environ.get(PULSAR_LIB_ENV)
     lib = Path(override) if override else pulsar_home() / "lib"
-    if not any(_BROKER_JAR.match(p.name) for p in _jars(lib)):
+    if not any(_BROKER_JAR.match(p.name) for p in jars(lib)):
         raise PulsarNotInstalledError(
             f"no Apache Pulsar jars (pulsar-broker-*.jar) in {lib}: run `{FETCH_COMMAND}` "
             f"(scripts/fetch-pulsar.sh fetches Pulsar {PULSAR_VERSION} from Maven Central), "
@@ -146,49 +154,11 @@ def pulsar_lib_dir() -> Path:
     return lib
 
 
-def _jars(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.jar")) if directory.is_dir() else []
-
-
 def _jar_version(lib: Path) -> str:
-    versions = sorted({m[1] for p in _jars(lib) if (m := _BROKER_JAR.match(p.name))})
+    versions = sorted({m[1] for p in jars(lib) if (m := _BROKER_JAR.match(p.name))})
     if len(versions) != 1:
         raise PulsarNotInstalledError(f"expected one pulsar-broker-<version>.jar in {lib}, found {versions}")
     return versions[0]
-
-
-def _java(java: str | None) -> str:
-    if java:
-        return java
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise FileNotFoundError("PulsarCluster needs Java 17 or newer and 'java' is not on PATH: `make java`")
-    return found
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports: all bound at once, then released (the JVMs bind them next)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(not written yet)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
 def _config_value(key: str, value: object) -> str:
@@ -275,7 +245,7 @@ class _Node:
     def logs_tail(self) -> str:
         """The end of the JVM's output and of its WARN+ log: errors quote it (close() deletes the files)."""
         return "\n".join(
-            f"--- {self.name}'s {name}, last lines ---\n{_tail(self.home / name)}" for name in ("stdout.log", "pulsar.log")
+            f"--- {self.name}'s {name}, last lines ---\n{tail(self.home / name)}" for name in ("stdout.log", "pulsar.log")
         )
 
 
@@ -314,43 +284,12 @@ def _exited(node: _Node, returncode: int) -> PulsarStartError:
     )
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)  # start_new_session: the group id is the JVM's pid
-
-
-def _stop_watchdog(node: _Node) -> None:
-    watchdog, node.watchdog = node.watchdog, None
-    if watchdog is not None:
-        watchdog.stop()
-
-
-def _stop_nodes(nodes: Sequence[_Node], grace_s: float) -> None:
-    """SIGTERM every node's process group, SIGKILL what is left after `grace_s`, reap everything."""
-    running = [n for n in nodes if n.process is not None]
-    for node in running:
-        assert node.process is not None
-        _signal_group(node.process, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
-    deadline = time.monotonic() + grace_s
-    for node in running:
-        assert node.process is not None
-        try:
-            node.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(node.process, signal.SIGKILL)
-            node.process.wait()
-        _signal_group(node.process, signal.SIGKILL)  # anything the JVM left in its group
-        node.process = None
-    for node in nodes:
-        _stop_watchdog(node)
-
-
 def _shutdown(state: _State) -> None:
     """close(), garbage collection and the interpreter's exit all end here (weakref.finalize)."""
     if state.closed or os.getpid() != state.owner_pid:  # a forked child must not stop its parent's JVMs
         return
     state.closed = True
-    _stop_nodes(state.nodes, state.grace_s)
+    stop_jvms(state.nodes, state.grace_s)
     shutil.rmtree(state.root, ignore_errors=True)
 
 
@@ -400,7 +339,7 @@ class PulsarCluster:
         check_seconds("start_timeout_s", start_timeout_s)
         self._lib = Path(lib_dir) if lib_dir is not None else pulsar_lib_dir()
         self.version: str = _jar_version(self._lib)
-        self._java = _java(java)
+        self._java = find_java(java, "PulsarCluster")
         self.shedding_enabled = shedding_enabled
         self.shedding_grace_period_minutes = grace_minutes
         self.nic_speed_gbps = float(nic_speed_gbps)
@@ -428,7 +367,7 @@ class PulsarCluster:
                     "a Pulsar port was taken between choosing and binding it; retrying on new ports: %s",
                     str(exc).splitlines()[0],
                 )
-                _stop_nodes(self._state.nodes, 0)
+                stop_jvms(self._state.nodes, 0)
                 self._start()
         except BaseException:
             self.close()
@@ -463,7 +402,7 @@ class PulsarCluster:
     def _start(self) -> None:
         deadline = time.monotonic() + self._start_timeout_s
         n = self._count
-        ports = _free_ports(2 + 2 * n)
+        ports = free_ports(2 + 2 * n)
         root = self._state.root
         metadata = _Node("metadata", root / "metadata", {"zookeeper": ports[0], "bookie": ports[1]})
         brokers = [
@@ -788,10 +727,10 @@ class PulsarCluster:
             if not node.up:
                 return
             assert node.process is not None
-            _signal_group(node.process, signal.SIGKILL)
+            signal_group(node.process, signal.SIGKILL)
             node.process.wait()
             node.process = None
-            _stop_watchdog(node)
+            stop_watchdog(node)
             log.info("Pulsar broker %d (%s) killed (SIGKILL)", index, self.brokers[index])
 
     def set_up(self, index: int, timeout_s: float = 180.0) -> None:
@@ -818,14 +757,14 @@ class PulsarCluster:
                     self._wait_listed([*live, node], {*others, broker_id}, deadline, f"after set_up({index})")
                     self._wait(node, deadline, lambda: self._lookup_ok(node), "a topic lookup to succeed")
                 except PulsarStartError as exc:
-                    _stop_nodes([node], 0)
+                    stop_jvms([node], 0)
                     if exc.bind_failed and attempt < 2 and time.monotonic() < deadline:
                         log.warning("Pulsar broker %d: its port is still taken; retrying", index)
                         time.sleep(1.0)
                         continue
                     raise
                 except BaseException:
-                    _stop_nodes([node], 0)
+                    stop_jvms([node], 0)
                     raise
                 log.info("Pulsar broker %d restarted (pid %d)", index, node.process.pid if node.process else -1)
                 return
