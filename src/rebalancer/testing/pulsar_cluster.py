@@ -227,16 +227,19 @@ class _Node:
     index: int = -1  # a broker's index in `PulsarCluster.brokers`; -1 for the metadata JVM
     process: subprocess.Popen[bytes] | None = None
     watchdog: Watchdog | None = None  # SIGKILLs the JVM's group if this process dies without close()
-    stdout_start: int = 0  # where this JVM's output begins in stdout.log (earlier lives' comes before)
+    # Where this JVM's lines begin in stdout.log and pulsar.log (earlier lives' come before).
+    stdout_start: int = 0
+    log_start: int = 0
+    killed_at: float | None = None  # time.monotonic() of set_down's SIGKILL
 
     @property
     def up(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
     def output_of_this_jvm(self) -> str:
-        """This life's stdout and the WARN+ log (which a restart appends to)."""
+        """This life's stdout and WARN+ log."""
         parts = []
-        for name, start in (("stdout.log", self.stdout_start), ("pulsar.log", 0)):
+        for name, start in (("stdout.log", self.stdout_start), ("pulsar.log", self.log_start)):
             with contextlib.suppress(OSError), open(self.home / name, "rb") as out:
                 out.seek(start)
                 parts.append(out.read().decode(errors="replace"))
@@ -564,6 +567,8 @@ class PulsarCluster:
             ])  # fmt: skip
         with open(node.home / "stdout.log", "ab") as out:
             node.stdout_start = out.tell()
+            with contextlib.suppress(OSError):
+                node.log_start = (node.home / "pulsar.log").stat().st_size
             node.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=node.home, env=env, start_new_session=True,
@@ -730,8 +735,17 @@ class PulsarCluster:
             signal_group(node.process, signal.SIGKILL)
             node.process.wait()
             node.process = None
+            node.killed_at = time.monotonic()
             stop_watchdog(node)
             log.info("Pulsar broker %d (%s) killed (SIGKILL)", index, self.brokers[index])
+
+    def _session_timeout_s(self) -> float:
+        """The brokers' metadata session timeout (broker_config may change it), in seconds."""
+        value = self._broker_conf(self._state.nodes[1], 0)["metadataStoreSessionTimeoutMillis"]
+        try:
+            return float(value) / 1000
+        except ValueError:  # the brokers would not have started with it
+            return 30.0  # Pulsar's default
 
     def set_up(self, index: int, timeout_s: float = 180.0) -> None:
         """Restart broker `index` on its ports; returns once every live broker lists it again.
@@ -750,6 +764,9 @@ class PulsarCluster:
             others = {self.brokers[n.index] for n in live}
             if live:
                 self._wait_listed(live, others, deadline, f"after broker {index} went down (its session expiring)")
+            elif node.killed_at is not None:  # no broker to ask: wait out the session, and a little more
+                expiry = node.killed_at + self._session_timeout_s() + 2.0
+                time.sleep(max(0.0, min(expiry, deadline) - time.monotonic()))
             for attempt in range(3):
                 self._launch(node)
                 try:
