@@ -277,4 +277,4 @@ def test_make_run_installs_only_the_main_jobs_extras_and_make_test_everything(tm
     assert not [line for line in run if "postgres" in line or "maven" in line or "kafka" in line]
     test = _make_dry_run("test", tmp_path)
     assert ".venv/bin/python -m pip install --quiet -e '.[all,dev]'" in test
-    assert {"scripts/ensure-java.sh", "scripts/ensure-postgres.sh", "scripts/fetch-kafka.sh"} <= set(test)
+    assert {"scripts/ensure-java.sh", "scripts/ensure-postgres.sh", "scripts/fetch-kafka.sh", "scripts/fetch-pulsar.sh"} <= set(test)

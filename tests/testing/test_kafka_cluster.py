@@ -292,7 +292,7 @@ def test_a_killed_owner_with_a_live_forked_child_leaves_no_broker_behind():
 def occupy_jolokia_port(monkeypatch: pytest.MonkeyPatch, port: int) -> list[list[int]]:
     """The port chooser, injected: its first choice gives broker 1's Jolokia agent `port`."""
     chosen: list[list[int]] = []
-    choose = kafka_cluster._free_ports
+    choose = kafka_cluster.free_ports
 
     def chooser(count: int) -> list[int]:
         ports = choose(count)
@@ -301,7 +301,7 @@ def occupy_jolokia_port(monkeypatch: pytest.MonkeyPatch, port: int) -> list[list
         chosen.append(ports)
         return ports
 
-    monkeypatch.setattr(kafka_cluster, "_free_ports", chooser)
+    monkeypatch.setattr(kafka_cluster, "free_ports", chooser)
     return chosen
 
 

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -39,6 +38,16 @@ from rebalancer.testing._checks import (
     check_brokers,
     check_seconds,
     check_topic,
+)
+from rebalancer.testing._jvm import (
+    cache_dir,
+    find_java,
+    free_ports,
+    jars,
+    signal_group,
+    stop_jvms,
+    stop_watchdog,
+    tail,
 )
 
 __all__ = [
@@ -130,15 +139,14 @@ class KafkaNotInstalledError(FileNotFoundError):
 
 def kafka_home(version: str = KAFKA_VERSION) -> Path:
     """The per-user cache `make kafka` fills: `lib/` (the broker's classpath) and `agent/` (Jolokia)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rebalancer" / f"kafka-{version}"
+    return cache_dir(f"kafka-{version}")
 
 
 def kafka_lib_dir() -> Path:
     """The directory of Kafka jars: $REBALANCER_KAFKA_LIB, else `kafka_home()/lib`."""
     override = os.environ.get(KAFKA_LIB_ENV)
     lib = Path(override) if override else kafka_home() / "lib"
-    if not any(_KAFKA_JAR.match(p.name) for p in _jars(lib)):
+    if not any(_KAFKA_JAR.match(p.name) for p in jars(lib)):
         raise KafkaNotInstalledError(
             f"no Apache Kafka jars (kafka_2.13-*.jar) in {lib}: run `{FETCH_COMMAND}` "
             f"(scripts/fetch-kafka.sh fetches Kafka {KAFKA_VERSION} from Maven Central), "
@@ -147,12 +155,8 @@ def kafka_lib_dir() -> Path:
     return lib
 
 
-def _jars(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.jar")) if directory.is_dir() else []
-
-
 def _jar_version(lib: Path) -> str:
-    versions = sorted({m[1] for p in _jars(lib) if (m := _KAFKA_JAR.match(p.name))})
+    versions = sorted({m[1] for p in jars(lib) if (m := _KAFKA_JAR.match(p.name))})
     if len(versions) != 1:
         raise KafkaNotInstalledError(f"expected one kafka_2.13-<version>.jar in {lib}, found {versions}")
     return versions[0]
@@ -169,32 +173,6 @@ def _jolokia_agent(lib: Path) -> Path:
     )
 
 
-def _java(java: str | None) -> str:
-    if java:
-        return java
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise FileNotFoundError("KafkaCluster needs Java 17 or newer and 'java' is not on PATH: `make java`")
-    return found
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports: all bound at once, then released (the JVMs bind them next)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _cluster_id() -> str:
     """A Kafka Uuid as the storage formatter wants it: 16 random bytes, URL-safe base64, no padding.
 
@@ -205,14 +183,6 @@ def _cluster_id() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not text.startswith("-"):
             return text
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(not written yet)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
 def _jolokia(port: int, requests: list[dict[str, Any]], timeout_s: float = 5.0) -> list[dict[str, Any]] | None:
@@ -260,7 +230,7 @@ class _Node:
     def logs_tail(self) -> str:
         """The end of the JVM's output and of its WARN+ log: errors quote it (close() deletes the files)."""
         return "\n".join(
-            f"--- broker {self.broker_id}'s {name}, last lines ---\n{_tail(self.home / name)}"
+            f"--- broker {self.broker_id}'s {name}, last lines ---\n{tail(self.home / name)}"
             for name in ("stdout.log", "broker.log")
         )
 
@@ -312,46 +282,12 @@ class JolokiaPortTakenError(BrokerStartError):
         )
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)  # start_new_session: the group id is the JVM's pid
-
-
-def _stop_watchdog(node: _Node) -> None:
-    watchdog, node.watchdog = node.watchdog, None
-    if watchdog is not None:
-        watchdog.stop()
-
-
-def _stop_nodes(nodes: Sequence[_Node], grace_s: float) -> None:
-    """SIGTERM every node's process group, SIGKILL what is left after `grace_s`, reap everything."""
-    running = [n for n in nodes if n.process is not None]
-    for node in running:
-        assert node.process is not None
-        if grace_s > 0:
-            _signal_group(node.process, signal.SIGTERM)
-        else:
-            _signal_group(node.process, signal.SIGKILL)
-    deadline = time.monotonic() + grace_s
-    for node in running:
-        assert node.process is not None
-        try:
-            node.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(node.process, signal.SIGKILL)
-            node.process.wait()
-        _signal_group(node.process, signal.SIGKILL)  # anything the JVM left in its group
-        node.process = None
-    for node in nodes:
-        _stop_watchdog(node)
-
-
 def _shutdown(state: _State) -> None:
     """close(), garbage collection and the interpreter's exit all end here (weakref.finalize)."""
     if state.closed or os.getpid() != state.owner_pid:  # a forked child must not stop its parent's JVMs
         return
     state.closed = True
-    _stop_nodes(list(state.nodes.values()), state.grace_s)
+    stop_jvms(list(state.nodes.values()), state.grace_s)
     shutil.rmtree(state.root, ignore_errors=True)
 
 
@@ -382,7 +318,7 @@ class KafkaCluster:
         self._lib = Path(lib_dir) if lib_dir is not None else kafka_lib_dir()
         self.version: str = _jar_version(self._lib)
         self._agent = _jolokia_agent(self._lib)
-        self._java = _java(java)
+        self._java = find_java(java, "KafkaCluster")
         self._heap = heap
         self._broker_config = {k: _config_value(v) for k, v in (broker_config or {}).items()}
         self._jvm_options = list(jvm_options)
@@ -404,7 +340,7 @@ class KafkaCluster:
                     raise
                 log.warning("a Kafka port was taken between choosing and binding it; retrying on new ports: %s",
                             str(exc).splitlines()[0])
-                _stop_nodes(list(self._state.nodes.values()), 0)
+                stop_jvms(list(self._state.nodes.values()), 0)
                 self._admin_client = None
                 self._start()
         except BaseException:
@@ -420,7 +356,7 @@ class KafkaCluster:
     def _start(self) -> None:
         deadline = time.monotonic() + self._start_timeout_s
         n = self.brokers
-        ports = _free_ports(3 * n)
+        ports = free_ports(3 * n)
         nodes: dict[int, _Node] = {}
         for i in range(n):
             broker_id = i + 1
@@ -501,17 +437,17 @@ class KafkaCluster:
                 except subprocess.TimeoutExpired:
                     raise TimeoutError(
                         f"formatting broker {node.broker_id}'s storage took longer than the start-up timeout:\n"
-                        f"{_tail(node.home / 'format.log')}"
+                        f"{tail(node.home / 'format.log')}"
                     ) from None
                 if rc != 0:
                     raise RuntimeError(
                         f"formatting broker {node.broker_id}'s storage failed (exit {rc}):\n"
-                        f"{_tail(node.home / 'format.log')}"
+                        f"{tail(node.home / 'format.log')}"
                     )
         finally:
             for _, proc in procs:
                 if proc.poll() is None:
-                    _signal_group(proc, signal.SIGKILL)
+                    signal_group(proc, signal.SIGKILL)
                     proc.wait()
 
     def _launch(self, node: _Node) -> None:
@@ -782,10 +718,10 @@ class KafkaCluster:
             if live:
                 node.carried.update(live)
             assert node.process is not None
-            _signal_group(node.process, signal.SIGKILL)
+            signal_group(node.process, signal.SIGKILL)
             node.process.wait()
             node.process = None
-            _stop_watchdog(node)
+            stop_watchdog(node)
             log.info("Kafka broker %d killed (SIGKILL)", broker_id)
 
     def set_up(self, broker_id: int, timeout_s: float = 120.0) -> None:
@@ -801,17 +737,17 @@ class KafkaCluster:
                 try:
                     self._wait_running([node], deadline, f"within set_up({broker_id}, timeout_s={timeout_s:g})")
                 except BrokerStartError as exc:
-                    _stop_nodes([node], 0)
+                    stop_jvms([node], 0)
                     if exc.bind_failed and attempt < 2 and time.monotonic() < deadline:
                         log.warning("Kafka broker %d: its port is still taken; retrying", broker_id)
                         if isinstance(exc, JolokiaPortTakenError):  # only this port may change: clients know the others
-                            node.jolokia_port = _free_ports(1)[0]
+                            node.jolokia_port = free_ports(1)[0]
                         else:
                             time.sleep(1.0)
                         continue
                     raise
                 except BaseException:
-                    _stop_nodes([node], 0)
+                    stop_jvms([node], 0)
                     raise
                 log.info("Kafka broker %d restarted (pid %d)", broker_id, node.process.pid if node.process else -1)
                 return
