@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -411,8 +412,8 @@ def watch_command(args: argparse.Namespace) -> int:
             hang="  ",
         )
         for cycle in watch.run(args.cycles):
+            cycles += 1  # polled and recorded, printed or not
             print_cycle(console, cycle)
-            cycles += 1
     except KeyboardInterrupt:
         recorded = f"; the recording in {args.record}/ is complete" if args.record is not None else ""
         print(f"rebalancer: interrupted after {cycles} cycle{'s' * (cycles != 1)}{recorded}", file=sys.stderr)
@@ -435,17 +436,35 @@ def print_cycle(console: Console, cycle: Cycle) -> None:
         f"usage spread {cycle.spread:.1f} points",
         hang="  ",
     )
-    print_items(console, "usage:", [f"{b} {u:.1f}%" for b, u in cycle.usage.items()], indent="  ")
+    print_items(console, "usage: ", [f"{b} {u:.1f}%" for b, u in cycle.usage.items()], indent="  ")
     for name, moves in cycle.decisions.items():
         if not moves:
             print_wrapped(console, f"{name}: nothing to unload", indent="  ", hang="    ")
             continue
         print_wrapped(console, f"{name}: {len(moves)} to unload", indent="  ", hang="    ")
         for move in moves:
-            print_wrapped(console, f"{move.bundle}: {move.source} -> {move.destination}", indent="    ",
-                          hang="      ")
+            _print_move(console, move.bundle, f"{move.source} -> {move.destination}")
+    if cycle.applied:
+        print_wrapped(console, "applied:", indent="  ")
     for action in cycle.applied:
         move = action.move
         reason = f" ({action.reason})" if action.reason else ""
-        print_wrapped(console, f"{action.outcome}: {move.bundle}: {move.source} -> {move.destination}{reason}",
-                      indent="  ", hang="    ")
+        _print_move(console, f"{action.outcome} {move.bundle}", f"{move.source} -> {move.destination}{reason}")
+
+
+def _print_move(console: Console, bundle: str, route: str) -> None:
+    """`bundle: route` on one line when it fits, else the bundle (broken after a '/' if it must be)
+    and the route below it: a bundle name has no space to wrap at."""
+    line = f"    {bundle}: {route}"
+    if len(line) <= console.width:
+        print_wrapped(console, line)
+        return
+    width = max(console.width, 20)
+    current = "    "
+    for piece in re.split(r"(?<=/)", f"{bundle}:"):
+        if len(current) + len(piece) > width and current.strip():
+            print_wrapped(console, current)
+            current = "      "
+        current += piece
+    print_wrapped(console, current, hang="      ")
+    print_wrapped(console, route, indent="      ", hang="        ")

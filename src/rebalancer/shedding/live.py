@@ -159,10 +159,11 @@ class AdminOptions:
 
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS settings as one context; an unreadable file is a ValueError naming the option."""
+        ca_file = None if self.ca_file is None else os.fspath(self.ca_file)
         try:
-            context = ssl.create_default_context(cafile=None if self.ca_file is None else os.fspath(self.ca_file))
+            context = ssl.create_default_context(cafile=ca_file)
         except (OSError, ssl.SSLError) as err:
-            raise ValueError(f"ca_file {os.fspath(self.ca_file)!r}: cannot load CA certificates: {_reason(err)}") from None
+            raise ValueError(f"ca_file {ca_file!r}: cannot load CA certificates: {_reason(err)}") from None
         if self.cert_file is not None:
             key = None if self.key_file is None else os.fspath(self.key_file)
             try:
@@ -476,6 +477,10 @@ class SheddingWatch:
             raise ValueError(f"admin must be an AdminOptions or None, got {shown(admin)}")
         if not is_int(seed):
             raise ValueError(f"seed must be an int, got {shown(seed)}")
+        if admin is not None and admin.token is not None and urllib.parse.urlsplit(admin_url).username is not None:
+            raise ValueError(
+                f"admin_url holds a user ({masked_url(admin_url)!r}) and a token is given: use one of them"
+            )
         self.strategies = _strategy_names(strategies, apply)
         self.apply = None if apply is None else strategy_name(apply)
         self.config = config
@@ -779,9 +784,9 @@ class SheddingWatch:
             sample = {}
             for rate in _RATES:
                 value = values.get(rate)
-                if not is_real(value) or value < 0:
+                if not is_real(value) or float(value) < 0:  # type: ignore[arg-type]
                     raise AdminResponseError(f"{where}.lastStats[{bundle!r}].{rate} must be a rate >= 0, got {shown(value)}")
-                sample[rate] = float(value)
+                sample[rate] = float(value)  # type: ignore[arg-type]
             stats[bundle] = sample
             count = values.get("topics", 0)
             topics[bundle] = int(count) if is_int(count) and count >= 0 else 0
