@@ -8,12 +8,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test lint bench java kafka spark-kafka postgres postgres-jdbc pulsar-conformance clean
+.PHONY: run test lint bench java kafka pulsar spark-kafka postgres postgres-jdbc pulsar-conformance clean
 
 run: $(RUN_STAMP) java
 	$(BIN)/rebalancer pipeline run --mode overwrite --compare-hash
 
-test: $(STAMP) java postgres kafka pulsar-conformance
+test: $(STAMP) java postgres kafka pulsar pulsar-conformance
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -44,6 +44,12 @@ java:
 kafka: java
 	@scripts/ensure-maven.sh
 	@scripts/fetch-kafka.sh
+
+# rebalancer.testing.PulsarCluster's real cluster: Maven copies the Pulsar jars jvm/pulsar/pom.xml pins
+# (broker, bookie, ZooKeeper) to ~/.cache/rebalancer/pulsar-<version>; skipped once they are there.
+pulsar: java
+	@scripts/ensure-maven.sh
+	@scripts/fetch-pulsar.sh
 
 # Spark's own Kafka connector, which benchmarks/kafka_source.py runs against ours (--against spark-kafka):
 # Maven copies what jvm/spark-kafka/pom.xml pins, less the jars pyspark already ships, to

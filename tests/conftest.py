@@ -1,5 +1,6 @@
-"""Shared fixtures: one SparkSession, one librdkafka mock cluster and one real Kafka cluster for the
-whole test session, and `any_kafka_cluster`, which runs a test on each of the two Kafka peers."""
+"""Shared fixtures: one SparkSession, one librdkafka mock cluster, one real Kafka cluster and one real
+Pulsar cluster for the whole test session, and `any_kafka_cluster`, which runs a test on each of the
+two Kafka peers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from rebalancer.testing import KafkaCluster, MockKafkaCluster
+    from rebalancer.testing import KafkaCluster, MockKafkaCluster, PulsarCluster
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,36 @@ def any_kafka_topic(any_kafka_cluster: MockKafkaCluster | KafkaCluster) -> Calla
     return make
 
 
+# -- Pulsar: one real cluster per session ------------------------------------------------------------
+_pulsar_startups: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def pulsar_cluster() -> Iterator[PulsarCluster]:
+    """A real Apache Pulsar cluster (loopback): ZooKeeper and a bookie in one JVM, two broker JVMs.
+    Three JVMs cost about a minute on two cores: started once, and only when a test asks for them
+    (`-m "not pulsar_real"` never does). A test marked `closes_pulsar_cluster` runs last."""
+    from rebalancer.testing import PulsarCluster
+
+    load = os.getloadavg()[0]
+    cluster = PulsarCluster(brokers=2)
+    line = (
+        f"PulsarCluster: 2 brokers (Apache Pulsar {cluster.version}) started in {cluster.start_seconds:.1f} s, "
+        f"{cluster.rss_bytes() / 2**20:.0f} MiB resident (1-minute load average {load:.1f} on {os.cpu_count()} cores)"
+    )
+    log.info(line)
+    _pulsar_startups.append(line)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that closes the session's Pulsar cluster runs after every other test (a stable sort)."""
+    items.sort(key=lambda item: item.get_closest_marker("closes_pulsar_cluster") is not None)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for line in _kafka_startups:
+    for line in [*_kafka_startups, *_pulsar_startups]:
         terminalreporter.write_line(line)
