@@ -201,6 +201,12 @@ def _register_watch(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run every strategy with the cluster's own loadBalancer* settings (its runtime configuration)",
     )
+    watch.add_argument(
+        "--bandwidth-from-throughput",
+        action="store_true",
+        help="take each broker's own throughput as its bandwidth usage: for brokers that share one host, "
+        "whose CPU and NIC readings are the host's",
+    )
     watch.add_argument("--token-file", type=local_path, default=None, help="a file holding the admin token")
     watch.add_argument("--tls-ca", type=local_path, default=None, help="CA certificates to verify the brokers with")
     watch.add_argument("--tls-cert", type=local_path, default=None, help="client certificate (mutual TLS)")
@@ -397,7 +403,7 @@ def watch_command(args: argparse.Namespace) -> int:
         config = CLUSTER_SETTINGS
     watch = SheddingWatch(
         args.admin_url, args.strategy, config, interval_s=args.interval, record=args.record, apply=args.apply,
-        cluster=args.cluster, admin=options, seed=args.seed,
+        cluster=args.cluster, admin=options, seed=args.seed, bandwidth_from_throughput=args.bandwidth_from_throughput,
     )
     console = make_console()
     cycles = 0

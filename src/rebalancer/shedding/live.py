@@ -34,6 +34,12 @@ cycle with each strategy's decisions and what was applied.
 
 Every action is logged (INFO), every failure a WARNING, and each cycle's `Cycle.applied` lists them all.
 
+Brokers that share one host (a test cluster on loopback) all report the host's CPU and NIC readings,
+so their usages cannot differ. `bandwidth_from_throughput=True` takes each broker's own throughput
+(`msgThroughputIn`/`Out`, bytes/s, as kbit/s) as its bandwidth usage against the reported NIC limit:
+the usage a broker would report on a NIC of its own. Snapshots keep those numbers, so a replay of the
+recording sees what the strategies saw.
+
 Bad answers (an HTML page, truncated JSON, HTTP 500, a broker gone between two calls) cost one
 WARNING each, and the cycle goes on without that data; a broker that stops answering is reported
 once, until it answers again. Only the first contact (`connect`) raises: `AdminUnreachableError`
@@ -446,7 +452,8 @@ class SheddingWatch:
     `CLUSTER_SETTINGS` reads the cluster's own `loadBalancer*` settings from a broker's runtime
     configuration at `connect`. `record`: a directory for the snapshots (created; a watch that
     finds earlier ones there numbers its own after them). `apply`: the strategy whose decisions are
-    carried out (it is watched too). `clock` and `sleep` are for tests.
+    carried out (it is watched too). `bandwidth_from_throughput`: see the module docstring (brokers
+    sharing a host). `clock` and `sleep` are for tests.
     """
 
     def __init__(
@@ -461,6 +468,7 @@ class SheddingWatch:
         cluster: str | None = None,
         admin: AdminOptions | None = None,
         seed: int = 0,
+        bandwidth_from_throughput: bool = False,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -477,6 +485,9 @@ class SheddingWatch:
             raise ValueError(f"admin must be an AdminOptions or None, got {shown(admin)}")
         if not is_int(seed):
             raise ValueError(f"seed must be an int, got {shown(seed)}")
+        if not isinstance(bandwidth_from_throughput, bool):
+            raise ValueError(f"bandwidth_from_throughput must be True or False, got {shown(bandwidth_from_throughput)}")
+        self.bandwidth_from_throughput = bandwidth_from_throughput
         if admin is not None and admin.token is not None and urllib.parse.urlsplit(admin_url).username is not None:
             raise ValueError(
                 f"admin_url holds a user ({masked_url(admin_url)!r}) and a token is given: use one of them"
@@ -773,6 +784,9 @@ class SheddingWatch:
         except ValueError as err:
             raise AdminResponseError(str(err)) from None
         entry = {k: v for k, v in entry.items() if v is not None}
+        if self.bandwidth_from_throughput:  # bytes/s as Pulsar's kbit/s, against the NIC limit reported
+            for resource, rate in (("bandwidthIn", "msgThroughputIn"), ("bandwidthOut", "msgThroughputOut")):
+                entry[resource] = {"usage": float(entry[rate]) * 8 / 1024, "limit": entry[resource]["limit"]}
         last_stats = data.get("lastStats", {})
         if not isinstance(last_stats, dict):
             raise AdminResponseError(f"{where}.lastStats must map bundles to their stats, got {shown(last_stats)}")
