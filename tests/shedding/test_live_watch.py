@@ -18,7 +18,7 @@ from rebalancer.shedding.live import (
     SheddingWatch,
     read_decisions,
 )
-from rebalancer.shedding.reports import load_reports, replay
+from rebalancer.shedding.reports import load_report, load_reports, replay
 from rebalancer.shedding.sim import combination
 
 LOGGER = "rebalancer.shedding.live"
@@ -323,3 +323,22 @@ def test_bad_arguments_name_the_field(kwargs, message):
 def test_an_unknown_strategy_lists_the_known_ones():
     with pytest.raises(ValueError, match=r"^unknown strategy 'Nope'; choose one of: ThresholdShedder"):
         SheddingWatch("http://127.0.0.1:1", "AvgShedder,Nope")
+
+
+def test_bandwidth_from_throughput_is_each_brokers_own_throughput_against_its_nic(fake, tmp_path):
+    fake.put_bundle(0, "public/t/0x00000000_0xffffffff", 1000, 250, size=1000)  # 1,000,000 B/s in, 250,000 out
+    fake.brokers[0].bandwidth_in = (90_000.0, 100_000.0)  # the host's NIC: the same on every broker
+    fake.brokers[1].bandwidth_in = (90_000.0, 100_000.0)
+    for broker in fake.brokers:
+        broker.cpu = (0.0, 800.0)
+    b0, b1 = fake.brokers[0].id, fake.brokers[1].id
+    with SheddingWatch(fake.admin_url, "AvgShedder", bandwidth_from_throughput=True, **timed(record=tmp_path)) as watch:
+        cycle = watch.poll()
+    assert cycle.snapshot is not None
+    # bytes/s as Pulsar's kbit/s (x 8 / 1024) over the 100,000 kbit/s limit reported
+    first = cycle.snapshot.brokers[b0]
+    assert (first.bandwidth_in, first.bandwidth_out) == (7.8125, 1.953125)
+    assert (cycle.snapshot.brokers[b1].bandwidth_in, cycle.usage) == (0.0, {b0: 7.8125, b1: 0.0})
+    recorded = json.loads((tmp_path / "snapshot-000000.json").read_text())["brokers"][b0]["bandwidthIn"]
+    assert recorded == {"usage": 7812.5, "limit": 100_000.0}
+    assert load_report(tmp_path / "snapshot-000000.json") == cycle.snapshot
