@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 from live_load import SkewedLoad, place_all_on
 
-from pulsar_conformance import HarnessUnavailable, PulsarHarness, verdict
+from pulsar_conformance import verdict
 from rebalancer.shedding import ShedderConfig
 from rebalancer.shedding.live import Cycle, SheddingWatch, read_decisions
 
@@ -49,16 +48,6 @@ WARM_UP_S = 6.0  # the brokers' stats refresh every 2 s: the first cycle sees th
 PULSAR_SHEDDERS = ("AvgShedder", "ThresholdShedder", "UniformLoadShedder", "OverloadShedder")
 RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 RATE_KEYS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
-
-
-@pytest.fixture(scope="module")
-def harness() -> Iterator[PulsarHarness]:
-    try:
-        running = PulsarHarness()
-    except HarnessUnavailable as err:
-        pytest.fail(f"the Pulsar conformance harness is unavailable: {err}", pytrace=False)
-    yield running
-    running.close()
 
 
 def skewed_load(cluster: Any, namespace: str) -> SkewedLoad:
@@ -103,7 +92,7 @@ def harness_cycle(path: Path, recently_unloaded: dict[str, int], strategy: str) 
     return cycle
 
 
-def test_the_watch_records_and_each_pulsar_strategy_decides_as_pulsars_own_class(pulsar_cluster, harness, tmp_path):
+def test_the_watch_records_and_each_pulsar_strategy_decides_as_pulsars_own_class(pulsar_cluster, pulsar_harness, tmp_path):
     load = skewed_load(pulsar_cluster, "live/watch")
     strategies = ",".join((*PULSAR_SHEDDERS, "BalancedShedder"))
     try:
@@ -125,7 +114,7 @@ def test_the_watch_records_and_each_pulsar_strategy_decides_as_pulsars_own_class
             "conf": properties(CONFIG),
             "cycles": [harness_cycle(f, line["recently_unloaded"], strategy) for f, line in zip(files, lines)],
         }
-        (java,) = harness.run([case])
+        (java,) = pulsar_harness.run([case])
         result = verdict(case, java)
         assert result.status == "match", result.detail
         for index, (pulsar_cycle, line) in enumerate(zip(java["cycles"], lines)):
