@@ -144,6 +144,24 @@ def pulsar_cluster() -> Iterator[PulsarCluster]:
         cluster.close()
 
 
+@pytest.fixture(scope="session")
+def pulsar_harness() -> Iterator[object]:
+    """One JVM for the whole session: the Pulsar conformance harness (conformance/pulsar), for
+    tests/conformance and the live watch's tests. `make test` builds it first (`make
+    pulsar-conformance`); run alone, it is built with Maven if its sources changed. Without a JDK or
+    Maven the tests fail, naming what is missing; deselect them with `-m "not pulsar"`."""
+    from pulsar_conformance import HarnessUnavailable, PulsarHarness
+
+    try:
+        harness = PulsarHarness()
+    except HarnessUnavailable as err:
+        pytest.fail(f"the Pulsar conformance harness is unavailable: {err}", pytrace=False)
+    # The ports log every sole-bundle warning Pulsar logs; thousands of snapshots make that noise.
+    logging.getLogger("rebalancer.shedding").setLevel(logging.ERROR)
+    yield harness
+    harness.close()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that closes the session's Pulsar cluster runs after every other test (a stable sort)."""
     items.sort(key=lambda item: item.get_closest_marker("closes_pulsar_cluster") is not None)

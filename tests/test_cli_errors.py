@@ -51,6 +51,7 @@ NUMERIC_FLAGS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
         ("--converge-target", "f"), ("--seed", "i"), ("--report-delay", "i"), ("--interval", "i"),
     ),
     ("shedding", "record"): (("--minutes", "i"), ("--seed", "i")),
+    ("shedding", "watch"): (("--interval", "f"), ("--cycles", "i"), ("--timeout", "f"), ("--seed", "i")),
     ("consumers", "demo"): (
         ("--partitions", "i"), ("--flows", "i"), ("--rebalance-delay", "f"), ("--max-handoff-time", "f"),
         ("--unacked", "i"), ("--ack-after", "f"),
@@ -67,6 +68,7 @@ REQUIRED: dict[tuple[str, ...], list[str]] = {
     ("pipeline", "produce"): ["--bootstrap", "127.0.0.1:1", "--topic", "t"],
     ("shedding", "replay"): ["--reports", "unused"],
     ("shedding", "record"): ["--out", "unused"],
+    ("shedding", "watch"): ["--admin-url", "http://127.0.0.1:1"],
 }
 CASES = [(command, flag, kind) for command, flags in NUMERIC_FLAGS.items() for flag, kind in flags]
 

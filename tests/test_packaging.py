@@ -87,7 +87,7 @@ def test_the_wheel_carries_types_license_and_the_extras(wheel: Path):
     assert by_extra["plots"] == {"matplotlib"}
     assert by_extra["postgres"] == {"psycopg", "pgpq"}
     assert by_extra["cli"] == {"rich"}
-    assert by_extra["pulsar"] == {"javaproperties"}
+    assert by_extra["pulsar"] == {"javaproperties", "httpx"}
     assert by_extra["all"] == {"partition-rebalancer"}
     # Each extra installs what rebalancer._extras checks for it (module names, as imported).
     for extra, modules in EXTRAS.items():

@@ -70,11 +70,13 @@ COMPONENTS: tuple[tuple[str, str, str, str], ...] = (
     (
         "shedding",
         "rebalancer.shedding.commands",
-        "broker load shedding: simulate a cluster and compare strategies",
-        "A cluster simulator running Apache Pulsar's load-shedding and placement strategies and "
-        "ours, on scenarios such as a hot broker, over-placement and uneven bundles. `simulate` runs "
-        "one strategy on one scenario; `compare` runs them all and prints the measured table. Plots "
-        "need the 'plots' extra.",
+        "broker load shedding: watch a Pulsar cluster, simulate one, compare strategies",
+        "Apache Pulsar's load-shedding and placement strategies and ours. `watch` runs them on a live "
+        "cluster's load reports through its admin API, records them and (with --apply) acts; a "
+        "cluster simulator runs them on scenarios such as a hot broker, over-placement and uneven "
+        "bundles: `simulate` runs one strategy on one scenario, `compare` runs them all and prints the "
+        "measured table, `replay` runs one on recorded reports. Plots need the 'plots' extra, `watch` "
+        "the 'pulsar' extra.",
     ),
     (
         "consumers",

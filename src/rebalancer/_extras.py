@@ -9,7 +9,8 @@ extras so that a user of the BatchQueue does not install Spark:
 - ``postgres``: the pipeline's PostgreSQL sink (psycopg, and pgpq for binary COPY);
 - ``cli``: the ``rebalancer`` command's sub-commands (rich prints their tables; ``--help`` and
   ``--version`` work without it);
-- ``pulsar``: reading a Pulsar broker.conf (javaproperties);
+- ``pulsar``: reading a Pulsar broker.conf (javaproperties), and watching a running cluster through its
+  admin REST API (httpx; ``rebalancer.shedding.live`` checks for it alone);
 - ``all``: every extra.
 """
 

@@ -1,4 +1,4 @@
-"""``rebalancer shedding simulate|compare|replay|record``.
+"""``rebalancer shedding simulate|compare|replay|record|watch``.
 
 rich (the 'cli' extra) loads when a command runs: `--help` works without it.
 """
@@ -6,12 +6,17 @@ rich (the 'cli' extra) loads when a command runs: `--help` works without it.
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rebalancer._args import finite_float, integer, local_path
+from rebalancer._secrets import masked_url
 from rebalancer.shedding.compare import (
     PIP_COLUMNS,
     Comparison,
@@ -37,9 +42,14 @@ from rebalancer.shedding.sim import (
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from rebalancer.shedding.live import Cycle
+
 _positive = integer(minimum=1)
 _non_negative = integer(minimum=0)
 _positive_float = finite_float(minimum=0, exclusive=True)
+_seconds = finite_float(minimum=0, exclusive=True, maximum=86_400)
+# The admin token, when no --token-file names one (a command line is visible to every user of the host).
+TOKEN_ENV = "REBALANCER_PULSAR_TOKEN"
 
 
 def _replay_inputs(p: argparse.ArgumentParser, required: bool) -> None:
@@ -147,6 +157,68 @@ def register(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--seed", type=_non_negative, default=0, help="random seed; runs are reproducible")
     rec.add_argument("--out", type=local_path, required=True, help="directory for the snapshot JSON files")
     rec.set_defaults(func=record_command)
+
+    _register_watch(sub)
+
+
+def _register_watch(sub: argparse._SubParsersAction) -> None:
+    watch = sub.add_parser(
+        "watch",
+        help="watch a running Pulsar cluster: what each strategy would unload, cycle by cycle",
+        description="Poll a running Apache Pulsar cluster (brokers on the modular load manager) through its "
+        "admin REST API every --interval seconds: the brokers, each broker's load report and its bundles' "
+        "rates. Each strategy decides on every cycle, keeping its state from cycle to cycle as on a leader "
+        "broker, and each cycle prints what it would unload (bundle: from -> to). --record keeps every "
+        "snapshot for `shedding replay` and `shedding compare --reports`. --apply carries out one strategy's "
+        "unloads, on a cluster whose own shedding is off (loadBalancerSheddingEnabled=false). Ctrl-C ends "
+        "the watch; the recording stays readable. The admin token is read from --token-file, else from $"
+        + TOKEN_ENV + ".\n\n"
+        "examples:\n"
+        "  rebalancer shedding watch --admin-url http://broker-1:8080 --interval 60 --record history/\n"
+        "  rebalancer shedding replay --reports history/ --strategy BalancedShedder\n"
+        "  rebalancer shedding watch --admin-url http://broker-1:8080 --apply BalancedShedder",
+    )
+    watch.add_argument("--admin-url", required=True, help="a broker's admin URL, e.g. http://broker-1:8080")
+    watch.add_argument(
+        "--strategy", default="AvgShedder,BalancedShedder", help=f"comma-separated strategies: {_STRATEGY_NAMES}"
+    )
+    watch.add_argument("--interval", type=_seconds, default=60.0, help="seconds from one cycle to the next")
+    watch.add_argument("--cycles", type=_positive, default=None, help="stop after this many cycles (default: Ctrl-C)")
+    watch.add_argument(
+        "--record", type=local_path, default=None, help="directory for one snapshot (JSON) per cycle"
+    )
+    watch.add_argument(
+        "--apply",
+        default=None,
+        metavar="STRATEGY",
+        help="unload this strategy's bundles to the brokers it planned (refused while the cluster sheds by itself)",
+    )
+    watch.add_argument("--cluster", default=None, help="the cluster's name (default: the one the admin API lists)")
+    settings = watch.add_mutually_exclusive_group()
+    settings.add_argument(
+        "--broker-conf", type=local_path, default=None, help="run every strategy with this broker.conf's settings"
+    )
+    settings.add_argument(
+        "--cluster-settings",
+        action="store_true",
+        help="run every strategy with the cluster's own loadBalancer* settings (its runtime configuration)",
+    )
+    watch.add_argument(
+        "--bandwidth-from-throughput",
+        action="store_true",
+        help="take each broker's own throughput as its bandwidth usage: for brokers that share one host, "
+        "whose CPU and NIC readings are the host's",
+    )
+    watch.add_argument("--token-file", type=local_path, default=None, help="a file holding the admin token")
+    watch.add_argument("--tls-ca", type=local_path, default=None, help="CA certificates to verify the brokers with")
+    watch.add_argument("--tls-cert", type=local_path, default=None, help="client certificate (mutual TLS)")
+    watch.add_argument("--tls-key", type=local_path, default=None, help="the client certificate's key")
+    watch.add_argument("--tls-insecure", action="store_true", help="do not verify the brokers' certificates")
+    watch.add_argument(
+        "--timeout", type=_seconds, default=10.0, help="seconds to wait for one admin API answer"
+    )
+    watch.add_argument("--seed", type=_non_negative, default=0, help="random seed of the placements")
+    watch.set_defaults(func=watch_command)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -364,3 +436,117 @@ def record_command(args: argparse.Namespace) -> int:
 
     print_wrapped(make_console(), f"wrote {len(paths)} snapshots of {sc.name!r} to {args.out}/")
     return 0
+
+
+def _admin_token(path: Path | None) -> str | None:
+    """The token from --token-file (its first line), else from $REBALANCER_PULSAR_TOKEN; never shown."""
+    if path is None:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        return token or None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--token-file {str(path)!r}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--token-file {str(path)!r}: not UTF-8 text") from None
+    token = text.strip()
+    if not token or "\n" in token:
+        raise ValueError(f"--token-file {str(path)!r} must hold the token on one line")
+    return token
+
+
+def watch_command(args: argparse.Namespace) -> int:
+    from rebalancer._console import console as make_console
+    from rebalancer._console import print_wrapped
+    from rebalancer.shedding.live import CLUSTER_SETTINGS, AdminOptions, SheddingWatch
+
+    options = AdminOptions(
+        token=_admin_token(args.token_file),
+        ca_file=args.tls_ca,
+        cert_file=args.tls_cert,
+        key_file=args.tls_key,
+        verify=not args.tls_insecure,
+        timeout_s=args.timeout,
+    )
+    config: ShedderConfig | str | None = None
+    if args.broker_conf is not None:
+        config = ShedderConfig.from_broker_conf(args.broker_conf)
+    elif args.cluster_settings:
+        config = CLUSTER_SETTINGS
+    watch = SheddingWatch(
+        args.admin_url, args.strategy, config, interval_s=args.interval, record=args.record, apply=args.apply,
+        cluster=args.cluster, admin=options, seed=args.seed, bandwidth_from_throughput=args.bandwidth_from_throughput,
+    )
+    console = make_console()
+    cycles = 0
+    try:
+        cluster = watch.connect()
+        what = f"applying {watch.apply}" if watch.apply else "watching only"
+        record = f", recording to {args.record}/" if args.record is not None else ""
+        print_wrapped(
+            console,
+            f"cluster {cluster!r} at {masked_url(args.admin_url)}: every {args.interval:g} s, "
+            f"{', '.join(watch.strategies)}; {what}{record}",
+            hang="  ",
+        )
+        for cycle in watch.run(args.cycles):
+            cycles += 1  # polled and recorded, printed or not
+            print_cycle(console, cycle)
+    except KeyboardInterrupt:
+        recorded = f"; the recording in {args.record}/ is complete" if args.record is not None else ""
+        print(f"rebalancer: interrupted after {cycles} cycle{'s' * (cycles != 1)}{recorded}", file=sys.stderr)
+        return 130
+    finally:
+        watch.close()
+    return 0
+
+
+def print_cycle(console: Console, cycle: Cycle) -> None:
+    """One cycle in lines that fit the console: the cluster, each strategy's moves, what was applied."""
+    from rebalancer._console import print_items, print_wrapped
+
+    when = time.strftime("%H:%M:%S", time.localtime(cycle.timestamp))
+    head = f"cycle {cycle.index + 1} at {when}"
+    if cycle.snapshot is None:
+        print_wrapped(console, f"{head}: no broker's load report could be read", hang="  ")
+        return
+    print_wrapped(
+        console,
+        f"{head}: {len(cycle.brokers)} brokers, {len(cycle.snapshot.bundles)} bundles with load, "
+        f"usage spread {cycle.spread:.1f} points",
+        hang="  ",
+    )
+    print_items(console, "usage: ", [f"{b} {u:.1f}%" for b, u in cycle.usage.items()], indent="  ")
+    for name, moves in cycle.decisions.items():
+        if not moves:
+            print_wrapped(console, f"{name}: nothing to unload", indent="  ", hang="    ")
+            continue
+        print_wrapped(console, f"{name}: {len(moves)} to unload", indent="  ", hang="    ")
+        for move in moves:
+            _print_move(console, move.bundle, f"{move.source} -> {move.destination}")
+    if cycle.applied:
+        print_wrapped(console, "applied:", indent="  ")
+    for action in cycle.applied:
+        move = action.move
+        reason = f" ({action.reason})" if action.reason else ""
+        _print_move(console, f"{action.outcome} {move.bundle}", f"{move.source} -> {move.destination}{reason}")
+
+
+def _print_move(console: Console, bundle: str, route: str) -> None:
+    """`bundle: route` on one line when it fits, else the bundle (broken after a '/' if it must be)
+    and the route below it: a bundle name has no space to wrap at."""
+    from rebalancer._console import print_wrapped
+
+    line = f"    {bundle}: {route}"
+    if len(line) <= console.width:
+        print_wrapped(console, line)
+        return
+    width = max(console.width, 20)
+    current = "    "
+    for piece in re.split(r"(?<=/)", f"{bundle}:"):
+        if len(current) + len(piece) > width and current.strip():
+            print_wrapped(console, current)
+            current = "      "
+        current += piece
+    print_wrapped(console, current, hang="      ")
+    print_wrapped(console, route, indent="      ", hang="        ")
