@@ -32,9 +32,11 @@ def rebalancer(*argv: str, env: dict[str, str] | None = None) -> subprocess.Comp
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, done.stderr
+    # One message: at COLUMNS=80 it wraps at spaces, its continuation lines indented by two.
     lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
+    assert lines and all(line.startswith("  ") for line in lines[1:]), done.stderr
+    assert all(len(line) <= 80 for line in lines), done.stderr
+    return " ".join([lines[0], *(line.strip() for line in lines[1:])])
 
 
 def closed_port() -> int:

@@ -196,7 +196,7 @@ def _register_watch(sub: argparse._SubParsersAction) -> None:
     watch.add_argument("--cluster", default=None, help="the cluster's name (default: the one the admin API lists)")
     settings = watch.add_mutually_exclusive_group()
     settings.add_argument(
-        "--broker-conf", type=local_path, default=None, help="run every strategy with this broker.conf's settings"
+        "--broker-conf", type=local_path, default=None, metavar="FILE", help="run every strategy with this broker.conf's settings"
     )
     settings.add_argument(
         "--cluster-settings",
