@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -198,6 +199,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="postgresql://USER:PASSWORD@HOST:PORT/DB",
     )
     run.add_argument("--sink-schema", default="rebalancer", help="the PostgreSQL schema for --sink's tables")
+    run.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=spark_conf_pair,
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session this command starts, as spark-submit --conf takes it; "
+        "repeat it for more (not for sc:// sessions, whose server owns its settings)",
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run's summary (summary.json's content) as JSON on stdout, and nothing else there: "
+        "progress and the summary's text go to stderr",
+    )
     setting(
         "handlers",
         "a Python file defining a rebalancer.pipeline.Pipeline: your handler per type pattern, each "
@@ -267,6 +283,14 @@ def _require_extras(master: str | None, sink: str | None) -> None:
         require_extra("Spark Connect (sc://)", "spark", CONNECT_CLIENT_MODULES)
 
 
+def spark_conf_pair(text: str) -> tuple[str, str]:
+    """`--conf KEY=VALUE`, split at the first `=` as spark-submit does; the key must name a setting."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or key != key.strip() or " " in key:
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE with a key such as spark.driver.memory, got {text!r}")
+    return key, value
+
+
 @one_group_run_per_output(lambda arguments: (arguments["args"].input, arguments["args"].output))  # before Spark
 def cmd_run(args: argparse.Namespace) -> int:
     """Builds a `RunRequest` from the flags (checked there, once) and calls `run`, with the terminal
@@ -278,6 +302,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rebalancer.pipeline.resolved import RunRequest, resolve_input
 
     master = session_master(args.master, getattr(args, "remote", None))
+    from rebalancer.pipeline.session.connect import is_connect_url
+
+    if getattr(args, "conf", None) and is_connect_url(master):
+        keys = sorted(k for k, _ in args.conf)
+        raise ValueError(f"--conf: a Spark Connect session takes its settings from its server, got {keys}")
     _require_extras(master, args.sink)  # before any work; a kafka:// input's, by RunRequest
     handlers = args.handlers
     if isinstance(handlers, Path):
@@ -301,7 +330,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if label == "output" and local.is_file() and args.input is not None:
             continue  # check_output_location names it against the given input ("is the input file"), before Spark
         check_writable(label, local)  # before any work: a sample generated, Spark started
-    console = Console(markup=False)  # paths, types and handler names are shown as written: "[x]" is no style
+    as_json = getattr(args, "json", False)
+    # paths, types and handler names are shown as written: "[x]" is no style. With --json, stdout
+    # carries the JSON alone and everything a person reads goes to stderr.
+    console = Console(markup=False, stderr=as_json)
     quiet = getattr(args, "quiet", False)
     if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):
         from rebalancer.pipeline.generate import generate
@@ -360,6 +392,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             connect_timeout=timeout,
             field=flag,
             advice="--connect-timeout sets the wait",
+            conf=dict(getattr(args, "conf", None) or []) or None,
         )
     python_logs = ExitStack()
     spark_log = jvm_log_file()
@@ -374,6 +407,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     warning = no_rows_accepted(summary)
     if warning:
         print(f"rebalancer: warning: {warning}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
     if summary.interrupted:
         console.print(f"stopped by Ctrl-C after {summary.batches} micro-batches", highlight=False)
         return EXIT_INTERRUPTED
