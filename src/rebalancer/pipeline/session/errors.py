@@ -7,7 +7,9 @@ line at -v. -v adds the traceback and changes nothing else: the same last line, 
 
 from __future__ import annotations
 
+import re
 import traceback
+from pathlib import Path
 
 from rebalancer._command import Explained, imported_errors
 from rebalancer._secrets import masked_text
@@ -22,14 +24,42 @@ def spark_errors() -> tuple[type[BaseException], ...]:
     return imported_errors(("pyspark.errors", "PySparkException"), ("py4j.protocol", "Py4JError"))
 
 
+# The JVM's own words when it dies before the gateway is up: `Exception in thread "main" org...X: why`.
+_JVM_CAUSE = re.compile(r'^(?:Exception in thread "[^"]*" )?(?:[\w$]+\.)+\w*(?:Exception|Error): (?P<why>\S.*)$')
+_GATEWAY_EXITED = "JAVA_GATEWAY_EXITED"
+
+
+def jvm_start_cause(log: Path | None) -> str | None:
+    """The first line of a JVM's log that names why it stopped (an `...Exception: why` or `...Error:
+    why` line), for a gateway that exited before it answered; None if the log has none."""
+    if log is None:
+        return None
+    try:
+        with open(log, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                found = _JVM_CAUSE.match(line.strip())
+                if found:
+                    return masked_text(found.group("why").strip())
+    except OSError:
+        return None
+    return None
+
+
 def explain(exc: BaseException, verbose: int) -> Explained | None:
     """`Spark: <cause>` for a PySpark or Py4J error, else None."""
     if not isinstance(exc, spark_errors()):
         return None
+    reason = spark_error_reason(exc)
+    if _GATEWAY_EXITED in str(exc):
+        # PySpark says only that the JVM exited; the JVM said why, in its log (read before the
+        # traceback is appended to it).
+        cause = jvm_start_cause(jvm_log_file())
+        if cause:
+            reason = f"the JVM exited at start: {cause}"
     if verbose:
-        return Explained(f"Spark: {spark_error_reason(exc)}", traceback=True)
+        return Explained(f"Spark: {reason}", traceback=True)
     note = log_note(exc) or " (-v shows the traceback)"
-    return Explained(f"Spark: {spark_error_reason(exc)}{note}")
+    return Explained(f"Spark: {reason}{note}")
 
 
 def log_note(exc: BaseException | None) -> str:
