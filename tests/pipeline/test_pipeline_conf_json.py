@@ -31,6 +31,11 @@ def test_conf_and_json_in_one_real_run(dataset: tuple[Path, pd.DataFrame], tmp_p
     assert summary == json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["partitioning"] == "weighted"
     assert "plan:" in done.stderr  # the text a person reads went to stderr
+    # In a pipe, a line as each stage starts, then one with its seconds as it ends.
+    stages = [line.split(" done (")[0] + (" done" if " done (" in line else "")
+              for line in done.stderr.splitlines() if line.startswith("stage: ")]
+    names = ["read and count", "plan", "quarantine", "dispatch and persist", "report"]
+    assert stages == [f"stage: {n}{end}" for n in names for end in (" ...", " done")]
     # spark.eventLog.* reached the session: Spark wrote this application's event log there.
     assert ["local-" in p.name for p in events.iterdir()] == [True]
 

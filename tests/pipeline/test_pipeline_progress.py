@@ -20,7 +20,7 @@ def _ticks(*times: float) -> Iterator[float]:
     yield from times
 
 
-def test_a_pipe_gets_one_line_per_finished_stage_with_its_seconds() -> None:
+def test_a_pipe_gets_a_line_as_each_stage_starts_and_one_with_its_seconds_as_it_ends() -> None:
     out = io.StringIO()
     console = Console(file=out, width=80)  # a file: not a terminal
     clock = _ticks(0.0, 2.13, 2.5, 10.0)
@@ -28,7 +28,12 @@ def test_a_pipe_gets_one_line_per_finished_stage_with_its_seconds() -> None:
         step("read and count")
         step("plan")
     # The last stage ends with the block; 7.5 s is the plan's.
-    assert out.getvalue().splitlines() == ["stage: read and count (2.1 s)", "stage: plan (7.5 s)"]
+    assert out.getvalue().splitlines() == [
+        "stage: read and count ...",
+        "stage: read and count done (2.1 s)",
+        "stage: plan ...",
+        "stage: plan done (7.5 s)",
+    ]
 
 
 def test_quiet_prints_no_stage() -> None:
@@ -39,12 +44,12 @@ def test_quiet_prints_no_stage() -> None:
     assert out.getvalue() == ""
 
 
-def test_a_failed_stage_prints_no_line_of_its_own() -> None:
+def test_a_failed_stage_prints_its_start_and_no_end() -> None:
     out = io.StringIO()
     with pytest.raises(RuntimeError), stages(Console(file=out, width=80)) as step:
         step("read and count")
         raise RuntimeError("the read failed")
-    assert out.getvalue() == ""
+    assert out.getvalue().splitlines() == ["stage: read and count ..."]
 
 
 @pytest.mark.spark

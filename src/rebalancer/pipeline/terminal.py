@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 def stages(
     console: Any, quiet: bool = False, clock: Callable[[], float] = time.perf_counter
 ) -> Iterator[Callable[[str], None]]:
-    """A reporter for `run`'s stages: a live line on a terminal, one line per finished stage in a
-    pipe (a log keeps each stage's time), nothing with `quiet` (the summary alone)."""
+    """A reporter for `run`'s stages: a live line on a terminal; in a pipe a line as each stage starts
+    and one as it ends with its seconds (a log keeps each stage's time); nothing with `quiet` (the
+    summary alone)."""
     if quiet:
         yield lambda stage: log.info("stage: %s", stage)
         return
@@ -60,17 +61,19 @@ def stages(
 
 @contextmanager
 def _stage_lines(console: Any, clock: Callable[[], float]) -> Iterator[Callable[[str], None]]:
-    """`stage: NAME (S s)` as each stage ends: a pipe has no live line to redraw."""
+    """`stage: NAME ...` as each stage starts and `stage: NAME done (S s)` as it ends: a pipe has no
+    live line to redraw, and a long stage must not look like silence."""
     current: list[tuple[str, float]] = []
 
     def finish() -> None:
         if current:
             stage, began = current.pop()
-            console.print(f"stage: {stage} ({clock() - began:.1f} s)", highlight=False, soft_wrap=True)
+            console.print(f"stage: {stage} done ({clock() - began:.1f} s)", highlight=False, soft_wrap=True)
 
     def step(stage: str) -> None:
         log.info("stage: %s", stage)
         finish()
+        console.print(f"stage: {stage} ...", highlight=False, soft_wrap=True)
         current.append((stage, clock()))
 
     yield step
