@@ -55,7 +55,7 @@ def test_phrases_stay_whole_at_80_columns(monkeypatch):
         "6.71 with Spark's hash",
         "18,731 planned, 90,000 with Spark's hash",
         "31.4 s  (read and count 2.1, plan 0.1,",
-        "quarantine 0.5, dispatch 26.7)",
+        "quarantine 0.5, dispatch 26.7, other 2.0)",
         "41.0 s with Spark's hash,",
         "29.4 s under the plan: 11.6 s saved (28%)",
         "metrics: 380 types, 280,000 rows, 16 calls,",

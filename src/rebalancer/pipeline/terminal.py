@@ -158,7 +158,15 @@ def print_summary(
     else:
         rows.append(("skew, max/median task rows", format_skew(summary.skew_ratio)))
     elapsed = [f"{summary.elapsed_s:.1f} s"]
-    stage_seconds = batch.stage_seconds if batch is not None else {}
+    stage_seconds = dict(batch.stage_seconds) if batch is not None else {}
+    compared = summary.compare_hash
+    if stage_seconds and compared and compared.get("passes_s") is not None:
+        stage_seconds["compare-hash passes"] = float(compared["passes_s"])
+    if stage_seconds:
+        # Every part named: what the stages do not cover (Spark's start of the read, the summary) is "other".
+        rest = round(summary.elapsed_s - sum(stage_seconds.values()), 1)
+        if rest >= 0.1:
+            stage_seconds["other"] = rest
     stages = _listed([f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in stage_seconds.items()])
     if stages:
         elapsed += [f" ({stages[0]}", *stages[1:]]

@@ -31,13 +31,19 @@ PlanReuse = TypedDict("PlanReuse", {"from": str, "kept": int, "moved": int})
 
 
 class WallComparison(TypedDict):
-    """--compare-hash's walls (`compare_hash.hash_wall`): both, and what the plan saved (negative:
-    lost), in seconds and percent of hash's; then how they were measured."""
+    """--compare-hash's walls (`compare_hash.hash_wall`): both medians, what the plan saved (negative:
+    lost) in seconds and percent of hash's, the verdict and the noise it was judged against, each
+    pass's wall, the passes' own time; then how they were measured."""
 
     hash_s: float
     plan_s: float
     saved_s: float
     saved_pct: float | None
+    verdict: NotRequired[str]
+    noise_s: NotRequired[float]
+    hash_runs: NotRequired[list[float]]
+    plan_runs: NotRequired[list[float]]
+    passes_s: NotRequired[float]
     stages: NotRequired[list[str]]
     hash_stage_seconds: NotRequired[dict[str, float]]
     plan_stage_seconds: NotRequired[dict[str, float]]
