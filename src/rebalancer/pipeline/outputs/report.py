@@ -257,7 +257,13 @@ def _charts(
     if previous and len(previous.task_seconds) == len(summary.task_seconds):
         seconds.append((f"{previous.partitioning} (previous run)", previous.task_seconds))
     seconds.append((after_label, summary.task_seconds))
-    charts.append(("Seconds per task", _bars(seconds, "Seconds each task spent in the handlers", "seconds")))
+    charts.append(
+        (
+            "Seconds per task: handler seconds, from a task's first group to its last; Spark's own "
+            "work (scheduling, the shuffle, starting Python workers) is not counted",
+            _bars(seconds, "Handler seconds per task (not Spark's own work)", "seconds"),
+        )
+    )
     handler_chart = _handler_seconds(summary)
     if handler_chart is not None:
         charts.append(handler_chart)
