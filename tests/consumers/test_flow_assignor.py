@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("aiokafka")
 
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from aiokafka.structs import TopicPartition
 
 from rebalancer.consumers import (
@@ -29,6 +28,7 @@ from rebalancer.consumers import (
     PartitionsResumed,
     RebalancePlanned,
 )
+from rebalancer.consumers.aiokafka_adapter import ConsumerProtocolMemberMetadata
 from rebalancer.consumers.kafka import FlowAssignor, GracefulHandoff
 
 TOPIC = "events"

@@ -32,18 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.cluster import ClusterMetadata
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.protocol import (
-    ConsumerProtocolMemberAssignment,
-    ConsumerProtocolMemberMetadata,
-)
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from rebalancer.balance.checks import describe, is_real
 from rebalancer.balance.count import plan_count_balance
 from rebalancer.balance.metrics import max_over_mean
 from rebalancer.balance.rebalance import plan_rebalance
+from rebalancer.consumers.aiokafka_adapter import (
+    AbstractPartitionAssignor,
+    ClusterMetadata,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from rebalancer.consumers.events import (
     Event,
     FlowStandby,

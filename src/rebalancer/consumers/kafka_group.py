@@ -364,10 +364,13 @@ def _emit(out: IO[str], lock: threading.Lock, msg: Mapping[str, Any]) -> None:
 async def _member(cfg: dict[str, Any]) -> None:
     from aiokafka import AIOKafkaConsumer
     from aiokafka.abc import ConsumerRebalanceListener
-    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
+    from rebalancer.consumers.aiokafka_adapter import (
+        RangePartitionAssignor,
+        RoundRobinPartitionAssignor,
+        StickyPartitionAssignor,
+        group_generation,
+    )
     from rebalancer.consumers.events import PartitionsReleased, describe_event
     from rebalancer.consumers.kafka import FlowAssignor, GracefulHandoff, LagWeights
 
@@ -406,9 +409,7 @@ async def _member(cfg: dict[str, Any]) -> None:
     await consumer.start()
 
     def generation() -> int:
-        # aiokafka keeps the group generation on its coordinator; the harness reads it to tell one
-        # rebalance's assignments from the next (the product code never does).
-        return int(getattr(getattr(consumer, "_coordinator", None), "generation", -1))
+        return group_generation(consumer)
 
     handoff = GracefulHandoff(consumer, max_handoff_s=cfg["max_handoff_s"], on_event=report) if ours else None
 

@@ -202,11 +202,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--conf",
         action="append",
-        default=[],
+        default=None,
         type=spark_conf_pair,
         metavar="KEY=VALUE",
         help="a Spark setting for the session this command starts, as spark-submit --conf takes it; "
-        "repeat it for more (not for sc:// sessions, whose server owns its settings)",
+        "repeat it for more. An sc:// session takes its settings from its server",
     )
     run.add_argument(
         "--json",
