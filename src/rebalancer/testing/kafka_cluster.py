@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rebalancer._librdkafka import LibrdkafkaLog
 from rebalancer._watchdog import Watchdog
 from rebalancer.testing._checks import (
     check_api_key,
@@ -626,7 +627,9 @@ class KafkaCluster:
             from confluent_kafka.admin import AdminClient  # the 'kafka' extra: loaded on use
 
             # Quiet: a downed broker is expected here, and every failure surfaces as an exception.
-            self._admin_client = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+            self._admin_client = AdminClient(
+                {"bootstrap.servers": self.bootstrap_servers, "log_level": 0, "logger": LibrdkafkaLog()}
+            )
         return self._admin_client
 
     # -- lifecycle ---------------------------------------------------------------------------------
