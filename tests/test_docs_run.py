@@ -48,7 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python": "python", "bash": "bash", "sh": "bash", "console": "console"}
 MARKER_KEYS = ("needs", "skip", "stand-in", "exit", "cleanup")
-BLOCK_TIMEOUT_S = 280  # under pytest-timeout's 300 s per test: a stuck block fails with its output
+# A Spark block takes 20 to 150 s on 2 busy cores; a stuck one fails with its output, before
+# pytest-timeout's own limit (the test's mark) would end it without.
+BLOCK_TIMEOUT_S = 840
 # Each service: the fixture that provides it, the pytest mark its blocks carry, the variables it sets.
 SERVICES: dict[str, tuple[str | None, str]] = {
     "kafka": ("kafka_real_cluster", "kafka_real"),
@@ -299,6 +301,7 @@ def problems_of(block: Block, ran: Ran) -> list[str]:
     return problems
 
 
+@pytest.mark.timeout(BLOCK_TIMEOUT_S + 60)
 @pytest.mark.parametrize("block", collect())
 def test_block_runs_as_written(
     block: Block,
