@@ -1,20 +1,24 @@
-"""Shared fixtures: one SparkSession, one librdkafka mock cluster, one real Kafka cluster and one real
-Pulsar cluster for the whole test session, and `any_kafka_cluster`, which runs a test on each of the
-two Kafka peers."""
+"""Shared fixtures: one SparkSession, one librdkafka mock cluster, one real Kafka cluster, one real
+Pulsar cluster and one PostgreSQL server for the whole test session, and `any_kafka_cluster`, which
+runs a test on each of the two Kafka peers."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from rebalancer.testing import KafkaCluster, MockKafkaCluster, PulsarCluster
+    from rebalancer.testing.postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,23 @@ def spark() -> Iterator[object]:
     session = build_session(master="local[2]", app_name="rebalancer-tests", shuffle_partitions=4, ui=False)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    """A private PostgreSQL server on 127.0.0.1, for the sink's tests and the docs' blocks. Under root
+    it runs as `postgres`: its directory is made in /tmp, which that user can reach, not under
+    pytest's root-only temporary tree."""
+    from rebalancer.testing.postgres import LocalPostgres
+
+    directory = Path(tempfile.mkdtemp(prefix="rebalancer-pg-", dir="/tmp"))
+    server = LocalPostgres(directory, fast=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- Kafka: one mock and one real cluster per session, and a test parametrized over both --------------

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from cluster_fixtures import spark_cluster  # noqa: F401  (a standalone Spark master and two workers)
-from conftest_pg import pg_connect, pg_schema, postgres  # noqa: F401  (the PostgreSQL sink's fixtures)
+from conftest_pg import pg_connect, pg_schema  # noqa: F401  (the PostgreSQL sink's fixtures; postgres is tests/conftest.py's)
 from connect_fixtures import connect_server  # noqa: F401  (a local Spark Connect server)
 from kafka_fixtures import kafka_cluster, kafka_topic  # noqa: F401  (the Kafka source's mock cluster)
 from pipeline_data import write_dataset

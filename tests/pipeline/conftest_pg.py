@@ -1,34 +1,16 @@
-"""A private PostgreSQL server for the sink tests: started once on 127.0.0.1, stopped at the end.
-
-Loaded by tests/pipeline/conftest.py. Under root the server runs as the `postgres` user; its
-directory is made in /tmp (which that user can reach), not under pytest's root-only temp tree.
-"""
+"""The PostgreSQL sink tests' fixtures over the session's server (`postgres`, in tests/conftest.py,
+which the docs' blocks share). Loaded by tests/pipeline/conftest.py."""
 
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from rebalancer.testing.postgres import LocalPostgres
 
 _schemas = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[LocalPostgres]:
-    directory = Path(tempfile.mkdtemp(prefix="rebalancer-pg-", dir="/tmp"))
-    server = LocalPostgres(directory, fast=True)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -264,6 +264,8 @@ def read_topic(
     the call starts, with a confluent-kafka consumer that assigns all partitions (no group)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition  # the 'kafka' extra: loaded on use
 
+    from rebalancer._librdkafka import LibrdkafkaLog
+
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -272,6 +274,7 @@ def read_topic(
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "log_level": 3,
+            "logger": LibrdkafkaLog(),  # a crashed broker's refused connections, as records, not stderr
         }
     )
     records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}

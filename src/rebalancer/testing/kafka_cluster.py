@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rebalancer._librdkafka import LibrdkafkaLog
 from rebalancer._watchdog import Watchdog
 from rebalancer.testing._checks import (
     check_api_key,
@@ -564,7 +565,8 @@ class KafkaCluster:
             from confluent_kafka.admin import AdminClient  # the 'kafka' extra: loaded on use
 
             # Quiet: a downed broker is expected here, and every failure surfaces as an exception.
-            self._admin_client = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+            conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "log_level": 0, "logger": LibrdkafkaLog()}
+            self._admin_client = AdminClient(conf)
         return self._admin_client
 
     # -- lifecycle ---------------------------------------------------------------------------------

@@ -119,18 +119,22 @@ def _readme_snippet() -> str:
 
 
 def test_the_readme_snippet_runs_and_gives_apply_in_pandas_rows(spark, tmp_path):
+    """The snippet makes its own session and frame (tests/test_docs_run.py runs it as a script); here
+    it runs in this process on the shared session, and its rows are checked against applyInPandas'."""
     snippet = _readme_snippet()
+    session_line = re.search(r"^spark = build_session\(.*$", snippet, re.M)
+    assert session_line is not None
+    snippet = snippet.replace(session_line.group(0), "")  # the shared session: getOrCreate would reconfigure it
     # Spark resolves relative paths against the JVM's directory, not this test's: point them here.
-    for path in ('"plans/func"', '"out/func"'):
+    for path in ('"plans/func"', '"out-func"'):
         assert path in snippet
         snippet = snippet.replace(path, repr(str(tmp_path / path.strip('"'))))
-    df = _hot_frame(spark)
-    namespace = {"df": df, "__name__": "readme_snippet"}
+    namespace = {"spark": spark, "__name__": "readme_snippet"}
     exec(compile(snippet, "README.md", "exec"), namespace)
-    result = namespace["result"]
-    assert result.plan.split == [("hot",)]  # the default partitions (4 here) split the hot key
-    got = _sorted(pd.read_parquet(tmp_path / "out" / "func"))
+    result, df = namespace["result"], namespace["df"]
+    assert result.plan.split == [("hot",)]  # half of the rows: split over the 4 tasks
+    got = _sorted(pd.read_parquet(tmp_path / "out-func"))
     expected = _sorted(df.groupBy("key").applyInPandas(namespace["func"], SCHEMA).toPandas())
-    assert len(got) == 50
+    assert len(got) == 21  # "hot" and k1, k3, ..., k39
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)  # Parquet reads n as int64 alike
     assert (tmp_path / "plans" / "func" / "plan.json").is_file()

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.pipeline.kafka._options import LibrdkafkaLog, parse_options
+from rebalancer._librdkafka import LibrdkafkaLog
+from rebalancer.pipeline.kafka._options import parse_options
 from rebalancer.pipeline.kafka._topic import TopicView
 from rebalancer.testing import MockKafkaCluster
 

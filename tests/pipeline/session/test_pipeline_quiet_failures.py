@@ -323,7 +323,7 @@ def test_ship_refuses_a_file_in_the_way(tmp_path):
 def _readme_stream_commands() -> list[list[str]]:
     """The README's lines that make and read data/stream, each without its comment."""
     found = []
-    for line in README.read_text().splitlines():
+    for line in README.read_text().replace("\\\n", " ").splitlines():  # a command continued with a backslash
         if line.startswith("rebalancer ") and "data/stream" in line:
             found.append(shlex.split(line, comments=True))
     return found

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rebalancer._json import DuplicateKeyError, loads_unique
 from rebalancer._kafka_names import check_topic_name
+from rebalancer._librdkafka import LibrdkafkaLog
 from rebalancer._numbers import parse_int, shown
 from rebalancer._secrets import MASK, is_secret_key, masked_pairs, refuse_servers_login
 from rebalancer.pipeline.checks import COUNT_MAX, PARTITIONS_MAX, SECONDS_MAX
@@ -18,22 +18,10 @@ if TYPE_CHECKING:
 
     from confluent_kafka import Consumer
 
-librdkafka_log = logging.getLogger("rebalancer.kafka.librdkafka")
-
-
 def shown_topic(name: str) -> str:
     """A topic as an error quotes it: a bounded repr, any secret `key=value` pair in it as *** (a
     topic holds no '=': one there is an option whose '?' was forgotten or mistyped)."""
     return shown(masked_pairs(name))
-
-
-class LibrdkafkaLog:
-    """confluent-kafka's `logger`: librdkafka's lines at INFO (its errors) or DEBUG (the rest) on the
-    `rebalancer.kafka.librdkafka` logger, so they show with -v only; in the Python workers, where
-    nothing configures logging, logging's last-resort handler passes warnings and above only."""
-
-    def log(self, level: int, fmt: str, *args: object) -> None:
-        librdkafka_log.log(logging.INFO if level >= logging.ERROR else logging.DEBUG, fmt, *args)
 
 
 SOURCE_NAME = "rebalancer-kafka"
