@@ -336,11 +336,15 @@ class FlowAssignor(AbstractPartitionAssignor):
                 owners[m.partition] = str(m.to_flow)
         else:
             index = {f: i for i, f in enumerate(flows)}
-            by_load = plan_rebalance(
-                [load[p] for p in partitions],
-                [index[prev[p]] if prev[p] is not None else -1 for p in partitions],  # type: ignore[index]
-                len(flows),
-            )
+            try:
+                by_load = plan_rebalance(
+                    [load[p] for p in partitions],
+                    [index[prev[p]] if prev[p] is not None else -1 for p in partitions],  # type: ignore[index]
+                    len(flows),
+                )
+            except (ValueError, OverflowError, ArithmeticError) as exc:  # loads too large or small to sum
+                _, fallback = self._fallback(topic, f"weights could not be planned: {exc}")
+                return self._plan_topic_by_count(topic, partitions, prev, flows, counted, lower_bound, fallback)
             for p, w in zip(partitions, by_load.owner):
                 owners[p] = flows[w]
         moves = tuple((p, str(prev[p]), str(owners[p])) for p in partitions if prev[p] not in (None, owners[p]))
@@ -362,6 +366,20 @@ class FlowAssignor(AbstractPartitionAssignor):
         )
         return plan, owners
 
+    def _plan_topic_by_count(
+        self, topic: str, partitions: list[int], prev: list[str | None], flows: list[str],
+        counted: Any, lower_bound: int, fallback: str | None,
+    ) -> tuple[TopicPlan, list[str | None]]:
+        """The count plan, for a topic whose loads could not be planned (rule 4)."""
+        owners: list[str | None] = list(prev)
+        for m in (*counted.assignments, *counted.handoffs):
+            owners[m.partition] = str(m.to_flow)
+        moves = tuple((p, str(prev[p]), str(owners[p])) for p in partitions if prev[p] not in (None, owners[p]))
+        assigned = tuple((p, str(owners[p])) for p in partitions if prev[p] is None)
+        assignment = {f: tuple(p for p in partitions if owners[p] == f) for f in flows}
+        standby = tuple(f for f in flows if not assignment[f])
+        return TopicPlan(topic, assignment, moves, assigned, lower_bound, standby, False, fallback), owners
+
     def _topic_weights(self, topic: str, partitions: list[int]) -> tuple[dict[int, float] | None, str | None]:
         """Rule 4: each partition's load, or None (count balance) with the reason, never an exception."""
         if self._weights is None:
@@ -375,9 +393,12 @@ class FlowAssignor(AbstractPartitionAssignor):
             return self._fallback(topic, f"weights returned a {type(given).__name__}, not a mapping")
         out: dict[int, float] = {}
         for tp in tps:
-            if tp not in given:
-                return self._fallback(topic, f"weights gave no load for partition {tp.partition}")
-            v = given[tp]
+            try:
+                if tp not in given:
+                    return self._fallback(topic, f"weights gave no load for partition {tp.partition}")
+                v = given[tp]
+            except Exception as exc:  # a mapping whose lookup raises: the same as a callable that raises
+                return self._fallback(topic, f"weights raised {type(exc).__name__}: {exc}")
             if not is_real(v) or v < 0 or not math.isfinite(float(v)):
                 return self._fallback(topic, f"weights[{tp.partition}] must be a finite number >= 0, got {v!r}")
             out[tp.partition] = float(v)
@@ -407,7 +428,10 @@ class FlowAssignor(AbstractPartitionAssignor):
         events.extend(FlowStandby(k, True, now) for k in plan.standby if k not in was_standby)
         events.extend(FlowStandby(k, False, now) for k in plan.members if k in was_standby and k not in standby)
         for event in events:
-            self._on_event(event)
+            try:
+                self._on_event(event)
+            except Exception as exc:  # the user's callback runs inside aiokafka's join: it must not fail it
+                log.warning("on_event raised %s: %s (the plan stands)", type(exc).__name__, exc)
 
 
 class LagWeights:

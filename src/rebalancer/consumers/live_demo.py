@@ -75,7 +75,9 @@ def _run(kafka: str, partitions: int, flows: int, max_handoff_s: float) -> int:
     from rebalancer._console import print_items, print_wrapped
 
     if kafka != "embedded" and not _BOOTSTRAP.match(kafka):
-        raise ValueError(f"--kafka must be 'embedded' or host:port[,host:port...], got {kafka!r}")
+        # A user:password@ prefix is a secret, not part of a bootstrap list: shown masked.
+        shown = re.sub(r"[^,@]*@", "***@", kafka)
+        raise ValueError(f"--kafka must be 'embedded' or host:port[,host:port...], got {shown!r}")
     if flows < 2:
         raise ValueError(f"--flows must be >= 2 for the live demo (one of them leaves), got {flows}")
     if not (0 < max_handoff_s < 60):
