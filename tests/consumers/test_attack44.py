@@ -1,7 +1,7 @@
 """Attack findings on issue 44 (FlowAssignor, GracefulHandoff, LagWeights, `consumers demo --kafka`).
 
-Each test asserts what docs/consumers.md, the docstrings or the issue promise, and fails on the
-current code. The protocol is run by hand as aiokafka runs it (every member's `metadata()`, the
+Each test asserts what docs/consumers.md, the docstrings or the issue promise; each failed before its
+fix. The protocol is run by hand as aiokafka runs it (every member's `metadata()`, the
 leader's `assign()`, every member's `on_assignment()`); GracefulHandoff gets a small fake consumer.
 Two tests run the CLI: one only parses its flags, one starts the embedded broker (`kafka_real`).
 """
