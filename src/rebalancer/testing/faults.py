@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rebalancer._librdkafka import LibrdkafkaLog
+
 if TYPE_CHECKING:
     from rebalancer.testing.kafka_cluster import KafkaCluster
 
@@ -263,8 +265,6 @@ def read_topic(
     """{partition: [(offset, value), ...]}: every record from offset 0 to the high watermark read when
     the call starts, with a confluent-kafka consumer that assigns all partitions (no group)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition  # the 'kafka' extra: loaded on use
-
-    from rebalancer._librdkafka import LibrdkafkaLog
 
     consumer = Consumer(
         {
