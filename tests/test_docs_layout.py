@@ -85,8 +85,9 @@ def test_links_to_benchmark_pages_resolve():
             assert (base / target).is_file(), (doc.name, target)
 
 
-def test_the_readme_first_screen_holds_the_problem_the_picture_and_the_two_commands() -> None:
-    """Read in an 80x24 terminal, before the first scroll (a line wider than 80 columns takes more rows)."""
+def test_the_readme_first_screen_holds_the_problem_the_report_and_the_two_commands() -> None:
+    """Read in an 80x24 terminal, before the first scroll (a line wider than 80 columns takes more rows).
+    The report is the one `make run` writes, linked: a committed picture of it went stale (issue 46)."""
     rows, screen = 0, []
     for line in (ROOT / "README.md").read_text().splitlines():
         rows += max(1, -(-len(line) // 80))
@@ -95,5 +96,6 @@ def test_the_readme_first_screen_holds_the_problem_the_picture_and_the_two_comma
         screen.append(line)
     text = "\n".join(screen)
     assert "hot partitions" in text  # the problem
-    assert "](docs/img/report.png)" in text
+    assert "](out/report.html)" in text
+    assert "report.png" not in (ROOT / "README.md").read_text()
     assert re.search(r"^make run\b", text, re.M) and re.search(r"^make test\b", text, re.M)
