@@ -2,8 +2,11 @@
 the same input, warm, interleaved (plan, hash, plan, hash, ...), into a scratch directory removed after.
 
 One sample per side flipped the verdict between two identical runs on a shared machine (16.8 s saved,
-then 5.8 s lost). So each side runs ROUNDS times, the medians are compared, and "saved" or "lost" is
-said only when the medians differ by more than the runs' spread: otherwise "within noise".
+then 5.8 s lost). So each side runs ROUNDS times, and each plan pass is compared with the hash pass
+run right after it, which met the same spell of the machine: "saved" or "lost" is said only when every
+such pair agrees and their median difference exceeds the pairs' spread, otherwise "within noise".
+(Comparing each side's spread instead flipped too: the first passes are the slowest on both sides, so
+the warm-up alone spread each side wider than the placement's difference.)
 """
 
 from __future__ import annotations
@@ -46,21 +49,30 @@ def _runs(walls: Sequence[float] | float) -> list[float]:
 
 def wall_comparison(hash_runs: Sequence[float] | float, plan_runs: Sequence[float] | float) -> WallComparison:
     """Both placements' median walls, what the plan saved (negative: lost) in seconds and percent of
-    hash's, and the verdict: "saved" or "lost" only when the medians differ by more than the larger
-    of the two sides' spreads (max - min of its runs), else "within noise". `noise_s` is half that
-    spread: each side's runs lie within its median ± noise_s."""
+    hash's, and the verdict. Runs pair by index (a plan pass and the hash pass right after it); the
+    saving is the median of the pairs' differences (hash - plan), `noise_s` half their spread (max -
+    min). "saved" or "lost" only when every pair differs the same way and the saving exceeds
+    `noise_s`; else "within noise". A single pair has no spread: its difference decides."""
     hashed, planned = _runs(hash_runs), _runs(plan_runs)
+    if len(hashed) != len(planned) or not hashed:
+        raise ValueError(f"hash_runs and plan_runs must pair up, got {len(hashed)} and {len(planned)} runs")
+    differences = [h - p for h, p in zip(hashed, planned, strict=True)]
     hash_s, plan_s = round(statistics.median(hashed), 3), round(statistics.median(planned), 3)
-    saved = round(hash_s - plan_s, 3)
-    spread = max(max(hashed) - min(hashed), max(planned) - min(planned))
-    verdict = "within noise" if abs(saved) <= spread or saved == 0 else ("saved" if saved > 0 else "lost")
+    saved = round(statistics.median(differences), 3)
+    noise = (max(differences) - min(differences)) / 2
+    if all(d > 0 for d in differences) and saved > noise:
+        verdict = "saved"
+    elif all(d < 0 for d in differences) and -saved > noise:
+        verdict = "lost"
+    else:
+        verdict = "within noise"
     return {
         "hash_s": hash_s,
         "plan_s": plan_s,
         "saved_s": saved,
         "saved_pct": round(100 * saved / hash_s, 1) if hash_s > 0 else None,
         "verdict": verdict,
-        "noise_s": round(spread / 2, 3),
+        "noise_s": round(noise, 3),
         "hash_runs": [round(w, 3) for w in hashed],
         "plan_runs": [round(w, 3) for w in planned],
     }

@@ -53,7 +53,7 @@ def wall_phrases(summary: RunSummary) -> list[str] | None:
     if verdict == "within noise":
         return [*head, f"within noise (± {noise:.1f} s)"]
     tail = f"{abs(saved):.1f} s {verdict}{share}"
-    return [*head, tail + (f", more than the noise (± {noise:.1f} s)" if runs > 1 else "")]
+    return [*head, tail + (f" in all {runs} pairs, more than the noise (± {noise:.1f} s)" if runs > 1 else "")]
 
 
 def wall_line(summary: RunSummary) -> str | None:
@@ -62,11 +62,12 @@ def wall_line(summary: RunSummary) -> str | None:
 
 
 def wall_note(summary: RunSummary) -> str | None:
-    """Why placement has little wall to save, when the cause is the machine. One rule, from the input
-    and the cores alone (never from a measured saving, which varies run to run): a run's wall is at
-    least its largest task or its rows over its cores, whichever is larger, so evening the tasks
+    """What the rows alone predict, when they predict little: one rule, from the input and the cores
+    alone (never from a measured saving, which varies run to run). A run's wall is at least its
+    largest task or its rows over its cores, whichever is larger, so by rows evening the tasks
     shortens it only where a hash task holds more than one core's share of the rows. Said whenever
-    Spark's hash gives no task more than 1/cores of the rows."""
+    Spark's hash gives no task more than 1/cores of the rows; a saving measured beyond the noise then
+    comes from what rows do not count, which the note says rather than contradict the measurement."""
     walls = summary.compare_hash
     if walls is None:
         return None
@@ -77,8 +78,9 @@ def wall_note(summary: RunSummary) -> str | None:
     where = f" (from {needed} cores up, for this input)" if needed else ""
     return (
         f"On {cores} cores no task under Spark's hash holds more than a core's share of the rows (the "
-        f"largest holds {share:.0%}), so the cores stay busy either way and placement has little wall "
-        f"to save; it saves time where a task holds more than that{where}."
+        f"largest holds {share:.0%}): by rows the cores stay busy either way, and placement shortens the "
+        f"wall where a task holds more than that{where}. A saving measured here comes from what rows do "
+        "not count: each row's cost in its handler, each task's fixed cost."
     )
 
 
