@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from rebalancer._watchdog import Watchdog
 
-__all__ = ["JvmProcess", "cache_dir", "find_java", "free_ports", "jars", "signal_group", "stop_jvms", "stop_watchdog", "tail"]
+__all__ = ["JarCache", "JvmProcess", "cache_dir", "find_java", "free_ports", "jars", "log4j2_to_file", "signal_group", "stop_jvms", "stop_watchdog", "tail"]
 
 
 class JvmProcess(Protocol):
@@ -38,6 +40,61 @@ def cache_dir(name: str) -> Path:
 
 def jars(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.jar")) if directory.is_dir() else []
+
+
+@dataclass(frozen=True)
+class JarCache:
+    """A product whose jars a `make` target fetches from Maven Central into the per-user cache (`make
+    kafka`, `make pulsar`): where its jars are, which version they are, and errors that say how to
+    get them. The product's own jar (`main_jar`, its version in group 1) tells its directory apart."""
+
+    product: str  # "Kafka", "Pulsar": the cache directory is its lower-case name and the version
+    version: str  # the one the fetch script pins
+    main_jar: re.Pattern[str]
+    main_jar_name: str  # main_jar's shape with `*` for the version, for the errors
+    lib_env: str  # the variable that points at another directory of these jars
+    fetch_command: str
+    missing: type[FileNotFoundError]
+
+    def home(self, version: str | None = None) -> Path:
+        return cache_dir(f"{self.product.lower()}-{version or self.version}")
+
+    def lib_dir(self) -> Path:
+        """$<lib_env> if set, else `home()/lib`; refused when the product's own jar is not there."""
+        override = os.environ.get(self.lib_env)
+        lib = Path(override) if override else self.home() / "lib"
+        if not any(self.main_jar.match(p.name) for p in jars(lib)):
+            raise self.missing(
+                f"no Apache {self.product} jars ({self.main_jar_name}) in {lib}: run `{self.fetch_command}` "
+                f"(scripts/fetch-{self.product.lower()}.sh fetches {self.product} {self.version} from Maven "
+                f"Central), or set {self.lib_env} to a directory of {self.product} jars"
+            )
+        return lib
+
+    def jar_version(self, lib: Path) -> str:
+        """The version of the one product jar in `lib` (two versions side by side are refused)."""
+        versions = sorted({m[1] for p in jars(lib) if (m := self.main_jar.match(p.name))})
+        if len(versions) != 1:
+            shape = self.main_jar_name.replace("*", "<version>")
+            raise self.missing(f"expected one {shape} in {lib}, found {versions}")
+        return versions[0]
+
+
+def log4j2_to_file(writer: str, path: Path, extra: str = "") -> str:
+    """A log4j2.properties sending a JVM's WARN and ERROR lines to one file, `writer` named in its
+    header; `extra` adds lines (a logger turned down)."""
+    return (
+        f"# Written by rebalancer.testing.{writer}: the JVM's WARN and ERROR lines, to one file.\n"
+        "status = warn\n"
+        "appender.file.type = File\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {path}\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+        "rootLogger.level = warn\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+        f"{extra}"
+    )
 
 
 def find_java(java: str | None, who: str) -> str:

@@ -41,10 +41,10 @@ from rebalancer.testing._checks import (
     check_topic,
 )
 from rebalancer.testing._jvm import (
-    cache_dir,
+    JarCache,
     find_java,
     free_ports,
-    jars,
+    log4j2_to_file,
     signal_group,
     stop_jvms,
     stop_watchdog,
@@ -121,46 +121,24 @@ _KAFKA_JAR = re.compile(r"^kafka_\d+\.\d+-(\d+\.\d+\.\d+[^-]*)\.jar$")
 _BIND_ERRORS = ("BindException", "Address already in use")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-_LOG4J2 = """\
-# Written by rebalancer.testing.KafkaCluster: the broker's WARN and ERROR lines, to one file.
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {path}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-"""
-
 
 class KafkaNotInstalledError(FileNotFoundError):
     """The Kafka jars (or the Jolokia agent) are not where `make kafka` puts them."""
 
 
+_KAFKA_JARS = JarCache(
+    "Kafka", KAFKA_VERSION, _KAFKA_JAR, "kafka_2.13-*.jar", KAFKA_LIB_ENV, FETCH_COMMAND, KafkaNotInstalledError
+)
+
+
 def kafka_home(version: str = KAFKA_VERSION) -> Path:
     """The per-user cache `make kafka` fills: `lib/` (the broker's classpath) and `agent/` (Jolokia)."""
-    return cache_dir(f"kafka-{version}")
+    return _KAFKA_JARS.home(version)
 
 
 def kafka_lib_dir() -> Path:
     """The directory of Kafka jars: $REBALANCER_KAFKA_LIB, else `kafka_home()/lib`."""
-    override = os.environ.get(KAFKA_LIB_ENV)
-    lib = Path(override) if override else kafka_home() / "lib"
-    if not any(_KAFKA_JAR.match(p.name) for p in jars(lib)):
-        raise KafkaNotInstalledError(
-            f"no Apache Kafka jars (kafka_2.13-*.jar) in {lib}: run `{FETCH_COMMAND}` "
-            f"(scripts/fetch-kafka.sh fetches Kafka {KAFKA_VERSION} from Maven Central), "
-            f"or set {KAFKA_LIB_ENV} to a directory of Kafka jars"
-        )
-    return lib
-
-
-def _jar_version(lib: Path) -> str:
-    versions = sorted({m[1] for p in jars(lib) if (m := _KAFKA_JAR.match(p.name))})
-    if len(versions) != 1:
-        raise KafkaNotInstalledError(f"expected one kafka_2.13-<version>.jar in {lib}, found {versions}")
-    return versions[0]
+    return _KAFKA_JARS.lib_dir()
 
 
 def _jolokia_agent(lib: Path) -> Path:
@@ -317,7 +295,7 @@ class KafkaCluster:
             raise ValueError(f"jvm_options must be a sequence of options, not one str, got {jvm_options!r}")
         self.brokers = brokers
         self._lib = Path(lib_dir) if lib_dir is not None else kafka_lib_dir()
-        self.version: str = _jar_version(self._lib)
+        self.version: str = _KAFKA_JARS.jar_version(self._lib)
         self._agent = _jolokia_agent(self._lib)
         self._java = find_java(java, "KafkaCluster")
         self._heap = heap
@@ -369,7 +347,7 @@ class KafkaCluster:
         voters = ",".join(f"{b}@127.0.0.1:{node.controller_port}" for b, node in nodes.items())
         for node in nodes.values():
             (node.home / "server.properties").write_text(self._server_properties(node, voters))
-            (node.home / "log4j2.properties").write_text(_LOG4J2.format(path=node.home / "broker.log"))
+            (node.home / "log4j2.properties").write_text(log4j2_to_file("KafkaCluster", node.home / "broker.log"))
         self._format(list(nodes.values()), _cluster_id(), deadline)
         for node in nodes.values():
             self._launch(node)

@@ -44,10 +44,10 @@ from rebalancer._numbers import shown
 from rebalancer._watchdog import Watchdog
 from rebalancer.testing._checks import check_brokers, check_int, check_seconds
 from rebalancer.testing._jvm import (
-    cache_dir,
+    JarCache,
     find_java,
     free_ports,
-    jars,
+    log4j2_to_file,
     signal_group,
     stop_jvms,
     stop_watchdog,
@@ -96,20 +96,11 @@ _ADD_OPENS = (
     "java.management/sun.management", "jdk.management/com.sun.management.internal",
 )  # fmt: skip
 
-_LOG4J2 = """\
-# Written by rebalancer.testing.PulsarCluster: the JVM's WARN and ERROR lines, to one file.
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {path}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
 # Its WARN says "not ready" each time the start-up probes /status.html.
-logger.vip.name = org.apache.pulsar.common.configuration.VipStatus
-logger.vip.level = error
-"""
+_LOG4J2_EXTRA = (
+    "logger.vip.name = org.apache.pulsar.common.configuration.VipStatus\n"
+    "logger.vip.level = error\n"
+)
 
 # Set by the cluster itself; broker_config may not change them (the ports, addresses and stores are
 # what the Python side connects to; shedding has its own argument).
@@ -127,6 +118,11 @@ class PulsarNotInstalledError(FileNotFoundError):
     """The Pulsar jars are not where `make pulsar` puts them."""
 
 
+_PULSAR_JARS = JarCache(
+    "Pulsar", PULSAR_VERSION, _BROKER_JAR, "pulsar-broker-*.jar", PULSAR_LIB_ENV, FETCH_COMMAND, PulsarNotInstalledError
+)
+
+
 class PulsarAdminError(RuntimeError):
     """The admin REST API answered a request with an error status (the status and the body's start)."""
 
@@ -138,27 +134,12 @@ class PulsarAdminError(RuntimeError):
 
 def pulsar_home(version: str = PULSAR_VERSION) -> Path:
     """The per-user cache `make pulsar` fills: `lib/` (the broker's, the bookie's and ZooKeeper's classpath)."""
-    return cache_dir(f"pulsar-{version}")
+    return _PULSAR_JARS.home(version)
 
 
 def pulsar_lib_dir() -> Path:
     """The directory of Pulsar jars: $REBALANCER_PULSAR_LIB, else `pulsar_home()/lib`."""
-    override = os.environ.get(PULSAR_LIB_ENV)
-    lib = Path(override) if override else pulsar_home() / "lib"
-    if not any(_BROKER_JAR.match(p.name) for p in jars(lib)):
-        raise PulsarNotInstalledError(
-            f"no Apache Pulsar jars (pulsar-broker-*.jar) in {lib}: run `{FETCH_COMMAND}` "
-            f"(scripts/fetch-pulsar.sh fetches Pulsar {PULSAR_VERSION} from Maven Central), "
-            f"or set {PULSAR_LIB_ENV} to a directory of Pulsar jars"
-        )
-    return lib
-
-
-def _jar_version(lib: Path) -> str:
-    versions = sorted({m[1] for p in jars(lib) if (m := _BROKER_JAR.match(p.name))})
-    if len(versions) != 1:
-        raise PulsarNotInstalledError(f"expected one pulsar-broker-<version>.jar in {lib}, found {versions}")
-    return versions[0]
+    return _PULSAR_JARS.lib_dir()
 
 
 def _config_value(key: str, value: object) -> str:
@@ -341,7 +322,7 @@ class PulsarCluster:
         extra = self._check_broker_config(broker_config)
         check_seconds("start_timeout_s", start_timeout_s)
         self._lib = Path(lib_dir) if lib_dir is not None else pulsar_lib_dir()
-        self.version: str = _jar_version(self._lib)
+        self.version: str = _PULSAR_JARS.jar_version(self._lib)
         self._java = find_java(java, "PulsarCluster")
         self.shedding_enabled = shedding_enabled
         self.shedding_grace_period_minutes = grace_minutes
@@ -415,7 +396,9 @@ class PulsarCluster:
         for node in (metadata, *brokers):
             shutil.rmtree(node.home, ignore_errors=True)
             node.home.mkdir(parents=True)
-            (node.home / "log4j2.properties").write_text(_LOG4J2.format(path=node.home / "pulsar.log"))
+            (node.home / "log4j2.properties").write_text(
+                log4j2_to_file("PulsarCluster", node.home / "pulsar.log", _LOG4J2_EXTRA)
+            )
         self._state.nodes = [metadata, *brokers]
         (metadata.home / "standalone.conf").write_text(_properties("ZooKeeper and the bookie", self._standalone_conf()))
         for node in brokers:
