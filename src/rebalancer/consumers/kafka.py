@@ -14,8 +14,18 @@ Rules, in the order they apply:
 3. Members are ordered by the round they joined in: the earliest are members, the latest beyond the
    partition count are standby, and a standby takes a departed owner's partitions whole.
 4. Weights that are not finite numbers >= 0 for every partition never crash the group: that topic is
-   balanced by count instead, with one warning naming the partition and the value.
+   balanced by count instead, with one warning naming the partition and the value. A topic whose
+   loads are all 0 (a caught-up group's lag) is balanced by count too, without a warning: a load plan
+   of nothing would give one member every partition.
 5. Each instance keeps its own state; two assignors in one process share nothing.
+
+`GracefulHandoff`'s rules:
+6. A record runs only while its partition is held and only once per owner: one below the offset the
+   group has committed (read on assignment) or this member processed is skipped and counted.
+7. A commit never passes a record still running or one whose handler raised: that record holds its
+   partition's commit until a retry of it succeeds, and the next owner gets it again.
+8. The revoke ends within max_handoff_s: in-flight work gets nine tenths of it and the commit the
+   rest; past it the release goes ahead and the event says cut_short.
 """
 
 from __future__ import annotations
@@ -92,7 +102,7 @@ class FlowPlan:
     round: int
     topics: dict[str, TopicPlan]
     members: tuple[str, ...]
-    standby: tuple[str, ...]
+    standby: tuple[str, ...]  # members given no partition of any topic (a TopicPlan's: of that topic)
     at: float
 
     @property
@@ -402,6 +412,9 @@ class FlowAssignor(AbstractPartitionAssignor):
             if not is_real(v) or v < 0 or not math.isfinite(float(v)):
                 return self._fallback(topic, f"weights[{tp.partition}] must be a finite number >= 0, got {v!r}")
             out[tp.partition] = float(v)
+        if not any(out.values()):  # rule 4: nothing to weigh; count balance is the even plan
+            log.info("topic %r balanced by count this round: every partition's load is 0", topic)
+            return None, "every partition's load is 0"
         return out, None
 
     @staticmethod
@@ -451,6 +464,9 @@ class LagWeights:
         return f"LagWeights({len(self._lag)} partitions)"
 
     async def refresh(self, consumer: Any, topics: Iterable[str]) -> dict[TopicPartition, int]:
+        """Fetch the lag of every partition of `topics` (a list of names) and keep it for the assignor."""
+        if isinstance(topics, str | bytes):
+            raise ValueError(f"topics must be a list of topic names, not one name, got {topics!r}")
         tps: list[TopicPartition] = []
         for topic in sorted(set(topics)):
             partitions = consumer.partitions_for_topic(topic)
@@ -478,6 +494,10 @@ class LagWeights:
 # ----- the handoff -----------------------------------------------------------------------------------
 
 
+# Rule 8: the share of max_handoff_s in-flight work may use; the commit gets the rest.
+DRAIN_SHARE = 0.9
+
+
 @dataclass
 class _Partition:
     """One held partition: records running now, and the next offset safe to commit."""
@@ -486,6 +506,10 @@ class _Partition:
     done_to: int | None = None  # one past the highest offset processed
     committed: int | None = None
     releasing: bool = False
+    failed: set[int] = field(default_factory=set)  # offsets whose handler raised, not yet retried
+    # Reading the group's committed offset, started by the first record after the assignment; every
+    # record of the partition waits for it, also those processed concurrently with the first.
+    group_read: asyncio.Task[None] | None = None
 
 
 class GracefulHandoff(ConsumerRebalanceListener):
@@ -499,7 +523,9 @@ class GracefulHandoff(ConsumerRebalanceListener):
     and the event says `cut_short`. Keep `max_handoff_s` below the consumer's `max_poll_interval_ms`.
 
     `commit` receives `{TopicPartition: next offset}` and stores it; the default commits to Kafka with
-    the consumer (`enable_auto_commit=False` on the consumer, so that only processed offsets commit).
+    the consumer (`enable_auto_commit=False` on the consumer, so that only processed offsets commit)
+    and, on assignment, reads the group's committed offset, so that a record this member fetched
+    before the partition went away and came back is not processed again (rules 6 to 8 of the module).
     """
 
     def __init__(
@@ -517,6 +543,13 @@ class GracefulHandoff(ConsumerRebalanceListener):
             raise ValueError(f"commit must be None or a callable, got {describe(commit)}")
         if on_event is not None and not callable(on_event):
             raise ValueError(f"on_event must be None or a callable, got {describe(on_event)}")
+        if not callable(clock):
+            raise ValueError(f"clock must be a callable returning seconds, got {describe(clock)}")
+        if commit is None and not callable(getattr(consumer, "commit", None)):
+            raise ValueError(
+                f"consumer must be an aiokafka consumer (with commit=None, offsets are committed through "
+                f"it), got {describe(consumer)}"
+            )
         self._consumer = consumer
         self._commit_fn = commit
         self.max_handoff_s = float(max_handoff_s)
@@ -531,11 +564,12 @@ class GracefulHandoff(ConsumerRebalanceListener):
         self.skipped = 0
         self.cut_short = 0
         self.commit_failures = 0
+        self.failed = 0
 
     def __repr__(self) -> str:
         return (
             f"GracefulHandoff(max_handoff_s={self.max_handoff_s}, held={len(self._held)}, "
-            f"processed={self.processed}, skipped={self.skipped}, cut_short={self.cut_short})"
+            f"processed={self.processed}, skipped={self.skipped}, failed={self.failed}, cut_short={self.cut_short})"
         )
 
     def _condition(self) -> asyncio.Condition:
@@ -552,11 +586,19 @@ class GracefulHandoff(ConsumerRebalanceListener):
         """Run `handler(record)` (a function or a coroutine function) unless the record must be skipped.
 
         Skipped, returning False: a record of a partition not held (revoked while the record was in the
-        user's hands), or one at an offset already processed here. Both are counted in `skipped`.
+        user's hands), or one at an offset already processed here or by the group. Both are counted in
+        `skipped`. A handler that raises: the exception reaches the caller, `failed` counts it, and the
+        partition's commit stops below that record until a retry of it succeeds (rule 7).
         """
         tp = TopicPartition(record.topic, record.partition)
         state = self._held.get(tp)
-        if state is None or state.releasing or (state.done_to is not None and record.offset < state.done_to):
+        if state is not None and state.group_read is None:
+            state.group_read = asyncio.ensure_future(self._read_group_offset(tp, state))
+        if state is not None and state.group_read is not None and not state.group_read.done():
+            await state.group_read
+            state = self._held.get(tp)  # the read awaited: a revoke may have come in meanwhile
+        done = state is not None and state.done_to is not None and record.offset < state.done_to
+        if state is None or state.releasing or (done and record.offset not in state.failed):
             self.skipped += 1
             return False
         if record.offset in state.in_flight:
@@ -569,9 +611,12 @@ class GracefulHandoff(ConsumerRebalanceListener):
                 await result
         except BaseException:
             state.in_flight.discard(record.offset)
+            state.failed.add(record.offset)
+            self.failed += 1
             await self._notify()
             raise
         state.in_flight.discard(record.offset)
+        state.failed.discard(record.offset)
         state.done_to = max(state.done_to or 0, record.offset + 1)
         self.processed += 1
         await self._notify()
@@ -583,14 +628,13 @@ class GracefulHandoff(ConsumerRebalanceListener):
             cond.notify_all()
 
     def _safe_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The next offset to commit per partition: below every record still running."""
+        """The next offset to commit per partition: below every record still running or failed."""
         out: dict[TopicPartition, int] = {}
         for tp in partitions:
             st = self._held.get(tp)
             if st is None or st.done_to is None:
                 continue
-            offset = min(st.in_flight) if st.in_flight else st.done_to
-            offset = min(offset, st.done_to)
+            offset = min([*st.in_flight, *st.failed, st.done_to])
             if st.committed is None or offset > st.committed:
                 out[tp] = offset
         return out
@@ -619,6 +663,8 @@ class GracefulHandoff(ConsumerRebalanceListener):
         if not mine:
             return
         start = self._clock()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_handoff_s  # rule 8: the budget, on the loop's own clock
         for tp in mine:
             self._held[tp].releasing = True
         cond = self._condition()
@@ -629,22 +675,32 @@ class GracefulHandoff(ConsumerRebalanceListener):
         cut = False
         async with cond:
             try:
-                await asyncio.wait_for(cond.wait_for(drained), timeout=self.max_handoff_s)
+                await asyncio.wait_for(cond.wait_for(drained), timeout=self.max_handoff_s * DRAIN_SHARE)
             except TimeoutError:
                 cut = True
         left = sum(len(self._held[tp].in_flight) for tp in mine)
         offsets = self._safe_offsets(mine)
         error = None
         if offsets:
+            budget = max(deadline - loop.time(), 0.0)
             try:
-                await self._store(offsets)
+                await asyncio.wait_for(self._store(offsets), timeout=budget)
+            except TimeoutError:
+                cut = True
+                error = f"TimeoutError: the commit did not finish within max_handoff_s ({self.max_handoff_s:g} s)"
             except Exception as exc:  # a commit refused by the group: redelivered later, and said so
                 error = f"{type(exc).__name__}: {exc}"
+            if error is not None:
                 self.commit_failures += 1
                 log.warning("commit on revoke failed for %d partitions: %s", len(offsets), error)
+        waited = self._clock() - start
+        cut = cut or waited > self.max_handoff_s  # a commit that blocked the loop overran the budget
         if cut:
             self.cut_short += 1
-            log.warning("handoff cut short after %.1f s: %d records still in flight", self.max_handoff_s, left)
+            log.warning(
+                "handoff cut short after %.1f s (max_handoff_s %g): %d records still in flight",
+                waited, self.max_handoff_s, left,
+            )
         for tp in mine:
             del self._held[tp]
         self._emit(
@@ -653,7 +709,7 @@ class GracefulHandoff(ConsumerRebalanceListener):
                 {(tp.topic, tp.partition): o for tp, o in offsets.items()} if error is None else {},
                 left,
                 cut,
-                round(self._clock() - start, 6),
+                round(waited, 6),
                 self._clock(),
                 error,
             )
@@ -666,6 +722,25 @@ class GracefulHandoff(ConsumerRebalanceListener):
             self._held[tp] = _Partition(done_to=last, committed=last)
         if fresh:
             self._emit(PartitionsResumed(tuple((tp.topic, tp.partition) for tp in fresh), self._clock()))
+
+    async def _read_group_offset(self, tp: TopicPartition, state: _Partition) -> None:
+        """Rule 6: the group's committed offset for `tp`, read once per assignment before its first
+        record (in the consumer's loop, never inside the rebalance, which a remote call would hold
+        up). Another owner may have gone further while the partition was away. A custom `commit`
+        keeps its own store; a read that fails or outlasts max_handoff_s is logged, and only what this
+        member committed itself counts."""
+        committed = getattr(self._consumer, "committed", None)
+        if self._commit_fn is not None or not callable(committed):
+            return
+        try:
+            offset = await asyncio.wait_for(committed(tp), timeout=self.max_handoff_s)
+        except Exception as exc:  # the partition resumes from Kafka's position all the same
+            log.warning("reading the committed offset of %s-%d failed: %s: %s", tp.topic, tp.partition,
+                        type(exc).__name__, exc)
+            return
+        if isinstance(offset, int) and offset >= 0 and (state.done_to is None or offset > state.done_to):
+            state.done_to = offset
+            state.committed = offset
 
     def _emit(self, event: Event) -> None:
         if self._on_event is not None:

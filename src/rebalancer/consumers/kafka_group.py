@@ -193,9 +193,9 @@ class LiveGroup:
             return [m.name for m in self._members.values() if m.alive]
 
     def wait_stable(self, after: int = -1, timeout_s: float = 120.0) -> GroupState:
-        """Block until every live member holds an assignment of one generation > `after` (or ==
-        `after` when nothing rebalances, as for a static member's restart), covering every partition
-        exactly once."""
+        """Block until every live member holds an assignment of one generation >= `after` (equal when
+        nothing rebalances, as for a static member's restart), covering every partition exactly once.
+        Pass the generation seen before a change plus one to wait for the rebalance it starts."""
 
         def stable() -> bool:
             live = [m for m in self._members.values() if m.alive]

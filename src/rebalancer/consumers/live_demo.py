@@ -62,6 +62,10 @@ def _delete_topic(bootstrap: str, topic: str) -> None:
         log.warning("could not delete the demo topic %s: %s", topic, exc)
 
 
+# Kafka's own default for group.initial.rebalance.delay.ms.
+INITIAL_DELAY_MS = 3000
+
+
 def run_live_demo(kafka: str, partitions: int, flows: int, max_handoff_s: float) -> int:
     """The live demo; a group that does not settle is one error line, like bad input."""
     try:
@@ -78,6 +82,11 @@ def _run(kafka: str, partitions: int, flows: int, max_handoff_s: float) -> int:
         # A user:password@ prefix is a secret, not part of a bootstrap list: shown masked.
         shown = re.sub(r"[^,@]*@", "***@", kafka)
         raise ValueError(f"--kafka must be 'embedded' or host:port[,host:port...], got {shown!r}")
+    if kafka != "embedded":
+        for address in kafka.split(","):
+            port = int(address.rsplit(":", 1)[1])
+            if not 1 <= port <= 65535:
+                raise ValueError(f"--kafka: port must be 1..65535, got {port} in {address!r}")
     if flows < 2:
         raise ValueError(f"--flows must be >= 2 for the live demo (one of them leaves), got {flows}")
     if not (0 < max_handoff_s < 60):
@@ -89,7 +98,11 @@ def _run(kafka: str, partitions: int, flows: int, max_handoff_s: float) -> int:
             from rebalancer.testing import KafkaCluster
 
             print_wrapped(console, "starting a one-broker Apache Kafka cluster on loopback ...", hang="  ")
-            cluster = stack.enter_context(KafkaCluster(brokers=1))
+            # The broker's default initial delay (KafkaCluster sets 0 for fast tests): the first
+            # consumers, started one after another, then bind in one rebalance instead of three.
+            cluster = stack.enter_context(
+                KafkaCluster(brokers=1, broker_config={"group.initial.rebalance.delay.ms": INITIAL_DELAY_MS})
+            )
             bootstrap = cluster.bootstrap_servers
             print_wrapped(console, f"Kafka {cluster.version} up in {cluster.startup_s:.1f} s at {bootstrap}", hang="  ")
         else:
