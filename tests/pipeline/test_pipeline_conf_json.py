@@ -42,8 +42,15 @@ def test_conf_and_json_in_one_real_run(dataset: tuple[Path, pd.DataFrame], tmp_p
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [("spark.driver.memory", "'spark.driver.memory'"), ("=2g", "'=2g'"), (" spark.x=1", "' spark.x=1'")],
-    ids=["no-equals", "no-key", "spaced-key"],
+    [
+        ("spark.driver.memory", "'spark.driver.memory'"),
+        ("=2g", "'' and the rest, not shown"),
+        (" spark.x=1", "'' and the rest, not shown"),
+        # A mistyped separator: the value may be a secret, so only the key-like start is echoed.
+        ("spark.hadoop.fs.s3a.secret.key:SeCrEt123", "'spark.hadoop.fs.s3a.secret.key' and the rest, not shown"),
+        ("spark.hadoop.fs.s3a.secret.key SeCrEt123", "'spark.hadoop.fs.s3a.secret.key' and the rest, not shown"),
+    ],
+    ids=["no-equals", "no-key", "spaced-key", "colon-secret", "space-secret"],
 )
 def test_a_bad_conf_is_one_line_before_spark_starts(tmp_path: Path, value: str, shown: str) -> None:
     done = subprocess.run(

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -287,7 +288,13 @@ def spark_conf_pair(text: str) -> tuple[str, str]:
     """`--conf KEY=VALUE`, split at the first `=` as spark-submit does; the key must name a setting."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or key != key.strip() or " " in key:
-        raise argparse.ArgumentTypeError(f"must be KEY=VALUE with a key such as spark.driver.memory, got {text!r}")
+        # Only the key-like start is echoed: a mistyped separator (`key:value`, `key value`) would
+        # otherwise show a value that may be a secret (spark.hadoop.fs.s3a.secret.key).
+        shown = re.match(r"[A-Za-z0-9_.\-]*", text)[0]  # type: ignore[index]  # matches "" at least
+        hidden = " and the rest, not shown" if len(shown) < len(text) else ""
+        raise argparse.ArgumentTypeError(
+            f"must be KEY=VALUE with a key such as spark.driver.memory, got {shown!r}{hidden}"
+        )
     return key, value
 
 
