@@ -240,6 +240,9 @@ def test_a_killed_broker_leaves_the_admin_api_and_comes_back(pulsar_cluster: Pul
     assert pulsar_cluster.pids["broker-1"] != old_pid
     assert pulsar_cluster.active_brokers() == sorted([survivor, victim])
     assert sorted(admin_get(f"http://{victim}", f"/admin/v2/brokers/{CLUSTER_NAME}")) == sorted([survivor, victim])
+    # Both follow one leader, one of them: its load manager places bundles (an unload's destination too).
+    leaders = {admin_get(f"http://{b}", "/admin/v2/brokers/leaderBroker")["serviceUrl"] for b in (survivor, victim)}
+    assert len(leaders) == 1 and leaders <= {f"http://{survivor}", f"http://{victim}"}
     name = pulsar_cluster.create_namespace(new_namespace("after-restart"))
     assert produce_and_consume(pulsar_cluster.service_url, f"persistent://{name}/t", 50) == [
         f"m-{i}".encode() for i in range(50)

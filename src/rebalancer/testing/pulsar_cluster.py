@@ -423,6 +423,7 @@ class PulsarCluster:
         # data, a lookup of a new bundle fails with "No available broker found".
         for node in brokers:
             self._wait(node, deadline, lambda node=node: self._lookup_ok(node), "a topic lookup to succeed")
+        self._wait(brokers[0], deadline, lambda: self._leader_agreed(brokers), "the brokers to agree on a leader")
 
     def _standalone_conf(self) -> dict[str, str]:
         """The metadata JVM's file: read as a broker's config (only its cluster name matters) and as the bookie's."""
@@ -586,6 +587,22 @@ class PulsarCluster:
         except OSError:
             return False
         return status == 200 and body.strip() == b"OK"
+
+    @staticmethod
+    def _leader_agreed(nodes: Sequence[_Node]) -> bool:
+        """Every broker in `nodes` names the same leader, and it is one of them. The leader's load
+        manager places bundles, an unload's destinationBroker included: until a restarted broker and
+        the others agree on it, a lookup or an unload may be decided by a broker that is not the one
+        the others follow, and a bundle lands where it was not asked to go."""
+        leaders = set()
+        for node in nodes:
+            try:
+                status, body = _http("GET", f"http://127.0.0.1:{node.ports['web']}/admin/v2/brokers/leaderBroker")
+                leaders.add(str(json.loads(body).get("serviceUrl")) if status == 200 else None)
+            except (OSError, ValueError, TypeError, AttributeError):
+                return False
+        urls = {f"http://127.0.0.1:{node.ports['web']}" for node in nodes}
+        return len(leaders) == 1 and next(iter(leaders)) in urls
 
     @staticmethod
     def _lookup_ok(node: _Node) -> bool:
@@ -756,6 +773,7 @@ class PulsarCluster:
                     self._wait(node, deadline, lambda: self._ready(node), "the broker to be ready")
                     self._wait_listed([*live, node], {*others, broker_id}, deadline, f"after set_up({index})")
                     self._wait(node, deadline, lambda: self._lookup_ok(node), "a topic lookup to succeed")
+                    self._wait(node, deadline, lambda: self._leader_agreed([*live, node]), "the brokers to agree on a leader")
                 except PulsarStartError as exc:
                     stop_jvms([node], 0)
                     if exc.bind_failed and attempt < 2 and time.monotonic() < deadline:
