@@ -17,7 +17,7 @@ import pytest
 
 from cli_helpers import blocker, command_tree
 from rebalancer import cli
-from rebalancer._command import COMPONENT_EXTRAS
+from rebalancer._command import COMMAND_EXTRAS, COMPONENT_EXTRAS
 
 DEADLINE_S = 120
 
@@ -148,7 +148,7 @@ def test_every_sub_command_of_an_extras_component_names_its_extras():
     for path, parser in command_tree(cli.build_parser()):
         if not path:
             continue
-        extras = COMPONENT_EXTRAS.get(path[0], ("cli",))
+        extras = COMMAND_EXTRAS.get(" ".join(path), COMPONENT_EXTRAS.get(path[0], ("cli",)))
         text = flat(parser.format_help())
         if extras:
             wanted = f"pip install 'partition-rebalancer[{','.join(extras)}]'"

@@ -118,6 +118,12 @@ COMPONENT_EXTRAS: dict[str, tuple[str, ...]] = {
     "produce": ("cli", "kafka"),
     "stop": (),
 }
+# Sub-commands that always need more than their component: the producer's Kafka client, the watch's
+# HTTP client. (Extras a flag brings in, such as a kafka:// input, are named by the flag's error.)
+COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
+    "pipeline produce": ("cli", "spark", "kafka"),
+    "shedding watch": ("cli", "pulsar"),
+}
 
 
 class Explained(NamedTuple):
@@ -266,7 +272,8 @@ def _missing(name: str, extras: Sequence[str]) -> list[MissingExtraError]:
 
 def _needs_line(extras: Sequence[str], missing: Sequence[MissingExtraError]) -> str:
     """What a component's help says it needs: `needs the 'cli' and 'kafka' extras: pip install ...`."""
-    names = " and ".join(f"'{extra}'" for extra in extras)
+    quoted = [f"'{extra}'" for extra in extras]
+    names = " and ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 2 else quoted)
     line = f"Needs the {names} extra{'s' * (len(extras) > 1)}: pip install '{DISTRIBUTION}[{','.join(extras)}]'"
     if missing:
         line += f" (not installed here: {', '.join(m for exc in missing for m in exc.missing)})"
@@ -344,10 +351,12 @@ def build_parser(components: Sequence[Component], load: Collection[str] | None =
             _register_without(component, module_name, missing[0])
         else:
             importlib.import_module(module_name).register(component)
-        if extras:
-            for command in _parsers(component):
-                epilog = _needs_line(extras, missing)
-                command.epilog = f"{command.epilog}\n\n{epilog}" if command.epilog else epilog
+        for command in _parsers(component):
+            own = COMMAND_EXTRAS.get(command.prog.removeprefix("rebalancer "))
+            if own is None and not extras:
+                continue
+            epilog = _needs_line(own, _missing(name, own)) if own is not None else _needs_line(extras, missing)
+            command.epilog = f"{command.epilog}\n\n{epilog}" if command.epilog else epilog
     return parser
 
 

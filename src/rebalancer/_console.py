@@ -7,6 +7,8 @@ one block per row, so that no line is wider than the terminal and no number is c
 
 from __future__ import annotations
 
+import os
+import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
 
@@ -19,9 +21,24 @@ from rich.text import Text
 _UNBOUNDED = 1_000_000  # columns: a width no table reaches
 
 
-def console() -> Console:
+def usable_width() -> int | None:
+    """None (rich reads COLUMNS or the terminal), unless COLUMNS is set to something no line fits in
+    (0, negative, not a number): then the terminal's width, else 80. rich took COLUMNS=0 as a width
+    of 0 and printed nothing, as some CI runners and `docker exec` export it."""
+    columns = os.environ.get("COLUMNS")
+    if columns is None:
+        return None
+    try:
+        if int(columns) > 0:
+            return None
+    except ValueError:
+        pass
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def console(*, stderr: bool = False) -> Console:
     """A console without markup or highlighting: what we print is plain text, brackets included."""
-    return Console(markup=False, highlight=False)
+    return Console(markup=False, highlight=False, stderr=stderr, width=usable_width())
 
 
 def _cell_width(text: str) -> int:

@@ -23,7 +23,8 @@ Rules, in the order they apply:
 6. A record runs only while its partition is held and only once per owner: one below the offset the
    group has committed (read on assignment) or this member processed is skipped and counted.
 7. A commit never passes a record still running or one whose handler raised: that record holds its
-   partition's commit until a retry of it succeeds, and the next owner gets it again.
+   partition's commit until a retry of it succeeds. Later records still run; if the partition moves
+   first, the next owner starts from the failed record and runs them again (at least once).
 8. The revoke ends within max_handoff_s: in-flight work gets nine tenths of it and the commit the
    rest; past it the release goes ahead and the event says cut_short.
 """

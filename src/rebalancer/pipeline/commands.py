@@ -233,6 +233,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from rebalancer._console import usable_width
     from rebalancer.pipeline.generate import generate
 
     config = GenerateConfig(
@@ -248,7 +249,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     config.validate()
     paths = generate(config, args.out, overwrite=args.overwrite)
-    Console(markup=False).print(f"wrote {config.events:,} events in {len(paths)} {config.format} files to {args.out}")
+    Console(markup=False, width=usable_width()).print(f"wrote {config.events:,} events in {len(paths)} {config.format} files to {args.out}")
     return 0
 
 
@@ -304,6 +305,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     around it: a generated sample, the pre-Spark checks, the embedded cluster, progress lines."""
     from rich.console import Console
 
+    from rebalancer._console import usable_width
     from rebalancer.pipeline.ingest.files import parse_columns
     from rebalancer.pipeline.outputs.check import check_output_location, check_writable
     from rebalancer.pipeline.resolved import RunRequest, resolve_input
@@ -311,6 +313,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     master = session_master(args.master, getattr(args, "remote", None))
     from rebalancer.pipeline.session.connect import is_connect_url
 
+    if any(key == "spark.master" for key, _ in getattr(args, "conf", None) or ()):
+        # spark-submit lets --master win over a --conf spark.master; silently running on another
+        # master than --master says (its default included) would be worse than one line.
+        raise ValueError("--conf spark.master: give the master with --master, not --conf")
     if getattr(args, "conf", None) and is_connect_url(master):
         keys = sorted(k for k, _ in args.conf)
         raise ValueError(f"--conf: a Spark Connect session takes its settings from its server, got {keys}")
@@ -340,7 +346,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     # paths, types and handler names are shown as written: "[x]" is no style. With --json, stdout
     # carries the JSON alone and everything a person reads goes to stderr.
-    console = Console(markup=False, stderr=as_json)
+    console = Console(markup=False, stderr=as_json, width=usable_width())
     quiet = getattr(args, "quiet", False)
     if args.input is None and (not DEFAULT_INPUT.exists() or not any(DEFAULT_INPUT.iterdir())):
         from rebalancer.pipeline.generate import generate

@@ -162,12 +162,14 @@ def print_summary(
     compared = summary.compare_hash
     if stage_seconds and compared and compared.get("passes_s") is not None:
         stage_seconds["compare-hash passes"] = float(compared["passes_s"])
-    if stage_seconds:
+    # In tenths of a second, as shown, so that the parts shown add up to the total shown.
+    tenths = {name: round(sec * 10) for name, sec in stage_seconds.items()}
+    if tenths:
         # Every part named: what the stages do not cover (Spark's start of the read, the summary) is "other".
-        rest = round(summary.elapsed_s - sum(stage_seconds.values()), 1)
-        if rest >= 0.1:
-            stage_seconds["other"] = rest
-    stages = _listed([f"{name.replace('_', ' ')} {sec:.1f}" for name, sec in stage_seconds.items()])
+        rest = round(summary.elapsed_s * 10) - sum(tenths.values())
+        if rest >= 1:
+            tenths["other"] = rest
+    stages = _listed([f"{name.replace('_', ' ')} {part // 10}.{part % 10}" for name, part in tenths.items()])
     if stages:
         elapsed += [f" ({stages[0]}", *stages[1:]]
         elapsed[-1] += ")"

@@ -73,6 +73,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from rebalancer._console import usable_width
     from rebalancer._kafka_names import check_topic_name
     from rebalancer.pipeline.generate import GenerateConfig, make_frame
     from rebalancer.pipeline.kafka._options import shown_topic
@@ -120,5 +121,5 @@ def cmd_produce(args: argparse.Namespace) -> int:
                  "latency_ms_p50", "latency_ms_p99", "retries", "errors"):
         value = stats[name]
         table.add_row(name, f"{value:.2f}" if isinstance(value, float) else str(value))
-    Console(markup=False).print(table)
+    Console(markup=False, width=usable_width()).print(table)
     return 0

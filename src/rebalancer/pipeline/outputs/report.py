@@ -34,26 +34,43 @@ UNEVEN_SECONDS = 1.5
 WALL_LABEL = "wall of dispatch, hash vs plan"
 
 
+def _seconds(value: float, finest: float) -> str:
+    """Seconds to one decimal, or to two when one decimal would show the smallest figure of the
+    verdict (`finest`) as 0.0: "0.04 s saved" rather than "0.0 s saved" beyond a noise of "0.0"."""
+    return f"{value:.2f}" if 0 < finest < 0.05 else f"{value:.1f}"
+
+
 def wall_phrases(summary: RunSummary) -> list[str] | None:
-    """--compare-hash's walls: Spark's hash, the plan, and the verdict (saved, lost or within noise)."""
+    """--compare-hash's walls: Spark's hash, the plan, and the verdict (saved, lost or within noise).
+    With several passes, each pass's wall follows its side's median, in the order they ran."""
     walls = summary.compare_hash
     if not walls:
         return None
     saved = walls["saved_s"]
     share = "" if walls["saved_pct"] is None else f" ({abs(walls['saved_pct']):.0f}%)"
-    runs = len(walls.get("hash_runs", [])) or 1
+    hash_runs, plan_runs = list(walls.get("hash_runs", [])), list(walls.get("plan_runs", []))
+    runs = len(hash_runs) or 1
     verdict = walls.get("verdict", "saved" if saved >= 0 else "lost")
     noise = walls.get("noise_s", 0.0)
-    head = [f"{walls['hash_s']:.1f} s with Spark's hash,", f"{walls['plan_s']:.1f} s under the plan"]
+    finest = min((x for x in (abs(saved), noise) if x > 0), default=0.0)
+
+    def each(values: list[float]) -> str:
+        return f" ({', '.join(_seconds(v, finest) for v in values)})" if runs > 1 else ""
+
+    head = [
+        f"{_seconds(walls['hash_s'], finest)} s with Spark's hash{each(hash_runs)},",
+        f"{_seconds(walls['plan_s'], finest)} s under the plan{each(plan_runs)}",
+    ]
     if runs > 1:
         head[-1] += ","
         head.append(f"medians of {runs} runs each:")
     else:
         head[-1] += ":"
     if verdict == "within noise":
-        return [*head, f"within noise (± {noise:.1f} s)"]
-    tail = f"{abs(saved):.1f} s {verdict}{share}"
-    return [*head, tail + (f" in all {runs} pairs, more than the noise (± {noise:.1f} s)" if runs > 1 else "")]
+        return [*head, f"within noise (± {_seconds(noise, finest)} s)"]
+    tail = f"{_seconds(abs(saved), finest)} s {verdict}{share}"
+    more = f" in all {runs} pairs, more than the noise (± {_seconds(noise, finest)} s)" if runs > 1 else ""
+    return [*head, tail + more]
 
 
 def wall_line(summary: RunSummary) -> str | None:
@@ -77,7 +94,7 @@ def wall_note(summary: RunSummary) -> str | None:
     needed = math.floor(1 / share) + 1 if share > 0 else None
     where = f" (from {needed} cores up, for this input)" if needed else ""
     return (
-        f"On {cores} cores no task under Spark's hash holds more than a core's share of the rows (the "
+        f"On {cores} {'core' if cores == 1 else 'cores'} no task under Spark's hash holds more than a core's share of the rows (the "
         f"largest holds {share:.0%}): by rows the cores stay busy either way, and placement shortens the "
         f"wall where a task holds more than that{where}. A saving measured here comes from what rows do "
         "not count: each row's cost in its handler, each task's fixed cost."
