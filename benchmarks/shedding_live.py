@@ -10,7 +10,8 @@ The watch runs every strategy with the cluster's own settings (`--cluster-settin
 
 For each strategy, in turn: a namespace of 16 bundles, one topic in each (Zipf-like rates from 160
 down to 4 msg/s, 520 in all, 1 kB messages, from the `pulsar-client` wheel, consumed as they come), every bundle
-moved to broker 0 first (the same starting placement), then `SheddingWatch(apply=strategy)` every
+moved to broker 0 first (the same starting placement, made before the clients connect and waited
+for in the brokers' load reports), then `SheddingWatch(apply=strategy)` every
 --interval seconds for --cycles cycles. The brokers share one host, so each broker's usage is its
 own throughput against its NIC (`bandwidth_from_throughput`). Then the load stops and every
 message acknowledged in must have come out.
@@ -46,7 +47,7 @@ from pathlib import Path
 # The skewed-load driver is test code, shared with tests/shedding/test_live_pulsar.py.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "shedding"))
 
-from live_load import SkewedLoad, place_all_on
+from live_load import SkewedLoad, place_all_on, wait_for_load
 
 from rebalancer.shedding.live import CLUSTER_SETTINGS, Cycle, SheddingWatch
 from rebalancer.testing import PulsarCluster
@@ -89,8 +90,9 @@ def run(cluster: PulsarCluster, strategy: str, args: argparse.Namespace, record:
     cluster.create_namespace(namespace, bundles=16)
     load = SkewedLoad(cluster.admin_url, cluster.service_url, namespace, RATES)
     try:
-        place_all_on(cluster.admin_url, cluster.brokers, namespace, cluster.brokers[0])
+        place_all_on(cluster.admin_url, namespace, load.by_bundle, cluster.brokers[0])  # before any client
         load.start()
+        wait_for_load(cluster.brokers, namespace, list(load.by_bundle), cluster.brokers[0])
         time.sleep(args.warm_up)
         with SheddingWatch(cluster.admin_url, strategy, CLUSTER_SETTINGS, interval_s=args.interval,
                            record=record / strategy, apply=strategy, bandwidth_from_throughput=True) as watch:
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=24, help="watch cycles per strategy")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")
-    parser.add_argument("--warm-up", type=float, default=8.0, help="seconds of load before the first cycle")
+    parser.add_argument("--warm-up", type=float, default=8.0,
+                        help="seconds of load before the first cycle, once the load reports show it")
     parser.add_argument("--target", type=float, default=10.0, help="balanced: spread under this many points")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

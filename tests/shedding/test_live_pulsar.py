@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
-from live_load import SkewedLoad, place_all_on
+from live_load import SkewedLoad, place_all_on, wait_for_load
 
 from pulsar_conformance import verdict
 from rebalancer.shedding import ShedderConfig
@@ -44,19 +43,30 @@ CONFIG = ShedderConfig(
 )
 # Four hot topics, twelve cool ones: about 500 msg/s of 1 kB.
 RATES = [80.0] * 4 + [15.0] * 12
-WARM_UP_S = 6.0  # the brokers' stats refresh every 2 s: the first cycle sees the load
 PULSAR_SHEDDERS = ("AvgShedder", "ThresholdShedder", "UniformLoadShedder", "OverloadShedder")
 RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 RATE_KEYS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
 
 
 def skewed_load(cluster: Any, namespace: str) -> SkewedLoad:
-    """The namespace with 16 bundles, all on broker 0, the load running."""
+    """The namespace with 16 bundles, all on broker 0, the load running, and every broker's load report
+    showing it, so that the first cycle sees the skew.
+
+    The placement is read from the lookup API and the reports are waited for: a report lists a
+    bundle only from its broker's next stats update, so one read just after the clients connected
+    may list none of another broker's bundles, and a placement checked against it left half of them
+    there (the load then started balanced and nothing was planned).
+    """
     cluster.create_namespace(namespace, bundles=16)
     load = SkewedLoad(cluster.admin_url, cluster.service_url, namespace, RATES)
-    place_all_on(cluster.admin_url, cluster.brokers, namespace, cluster.brokers[0])
-    load.start()
-    time.sleep(WARM_UP_S)
+    try:
+        place_all_on(cluster.admin_url, namespace, load.by_bundle, cluster.brokers[0])
+        load.start()
+        wait_for_load(cluster.brokers, namespace, list(load.by_bundle), cluster.brokers[0])
+    except BaseException:
+        load.stop(drain_s=0)
+        load.close()
+        raise
     return load
 
 
