@@ -13,10 +13,14 @@ RUN_STAMP := $(VENV)/.installed-run
 run: $(RUN_STAMP) java
 	$(BIN)/rebalancer pipeline run --mode overwrite --compare-hash
 
+# Two pytest workers: every test that needs a server (PostgreSQL, Kafka's or Pulsar's brokers, a Spark
+# cluster) runs on one of them, so each server starts once (tests/conftest.py, "two workers").
+TEST_WORKERS ?= 2
+
 test: $(STAMP) java postgres kafka pulsar pulsar-conformance
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

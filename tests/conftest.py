@@ -30,6 +30,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # at 80 columns in a test's pipe as on a terminal. Only a COLUMNS the user set is kept.
 if "COLUMNS" not in os.environ:
     os.unsetenv("COLUMNS")
+# Every JVM the tests start through spark-submit (the session's, each CLI run's, each docs block's)
+# lives seconds, not hours: C1 alone compiles what it runs for about a third less CPU than C1 then
+# C2, the suite's main cost on two cores. Spark's launcher adds SPARK_SUBMIT_OPTS to the JVM's
+# command line without printing it. A user's own setting is kept.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 
 @pytest.fixture(autouse=True)
@@ -183,11 +188,56 @@ def pulsar_harness() -> Iterator[object]:
     harness.close()
 
 
+# -- two workers (`make test` runs `pytest -n 2 --dist loadgroup`) ------------------------------------
+# Fixtures that start a server beside the test process: every test that uses one runs on one worker,
+# so each server starts once. The in-process ones (`spark`, `kafka_mock_cluster`) start on each
+# worker that needs them.
+SERVER_FIXTURES = frozenset(
+    {"postgres", "kafka_real_cluster", "pulsar_cluster", "pulsar_harness", "spark_cluster", "connect_server"}
+)
+# A docs block's services (tests/test_docs_run.py's `needs:`) that are one of those servers.
+SERVER_NEEDS = frozenset({"kafka", "postgres", "pulsar"})
+SERVERS_GROUP = "servers"
+
+
+def worker_unit(item: pytest.Item) -> tuple[str, bool]:
+    """The unit a test runs in on one worker, and whether the test itself needs a server. A module
+    is one unit (its module fixtures run once); a document's blocks are one (they run in reading
+    order, in one directory)."""
+    block = item.callspec.params.get("block") if hasattr(item, "callspec") else None
+    if block is not None and hasattr(block, "doc") and hasattr(block, "needs"):
+        return f"docs:{block.doc.name}", bool(SERVER_NEEDS & set(block.needs))
+    return item.nodeid.split("::", 1)[0], bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that closes the session's Pulsar cluster runs after every other test (a stable sort)."""
+    """A test that closes the session's Pulsar cluster runs after every other test (a stable sort).
+    Each test is marked with its worker unit before pytest-xdist reads the marks; every unit that
+    has a test needing a server joins one group, so each server starts once."""
     items.sort(key=lambda item: item.get_closest_marker("closes_pulsar_cluster") is not None)
+    units = [worker_unit(item) for item in items]
+    with_servers = {unit for unit, needs_server in units if needs_server}
+    for item, (unit, _) in zip(items, units, strict=True):
+        item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP if unit in with_servers else unit))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a worker: hand the servers' start-up lines to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["startups"] = [*_kafka_startups, *_pulsar_startups]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's hook, on the controller: a worker's start-up lines."""
+    _workers_startups.extend(getattr(node, "workeroutput", {}).get("startups", []))
+
+
+_workers_startups: list[str] = []
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for line in [*_kafka_startups, *_pulsar_startups]:
+    for line in [*_kafka_startups, *_pulsar_startups, *_workers_startups]:
         terminalreporter.write_line(line)
