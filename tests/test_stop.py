@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,11 +56,21 @@ def start_group(groups: list[subprocess.Popen[str]], ignore_term: bool = False) 
     return process, child
 
 
-def stop(*argv: str) -> subprocess.CompletedProcess[str]:
+def stop(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return subprocess.run(
-        [sys.executable, "-m", "rebalancer.cli", "stop", *argv], capture_output=True, text=True, timeout=DEADLINE_S, env=env
-    )
+        [*prefix, sys.executable, "-m", "rebalancer.cli", "stop", *argv], capture_output=True, text=True,
+        timeout=DEADLINE_S, env=env,
+    )  # fmt: skip
+
+
+def without_read_override() -> tuple[str, ...]:
+    """A command prefix that takes away root's power to read what mode bits forbid (a user has none)."""
+    if os.geteuid() != 0:
+        return ()
+    if shutil.which("setpriv") is None:
+        pytest.skip("root, and no setpriv to drop CAP_DAC_OVERRIDE")
+    return ("setpriv", "--bounding-set", "-dac_override,-dac_read_search")
 
 
 def test_stop_stops_a_recorded_group_whole_and_removes_its_file(cache, groups):
@@ -143,3 +154,60 @@ def test_forget_spares_a_later_processs_file(cache, groups):
     assert [e.what for e in _pidfiles.recorded()] == ["a later one"]
     _pidfiles.forget(first.pid)
     assert _pidfiles.recorded() == []
+
+
+@pytest.mark.parametrize("unreadable", ["directory", "file"])
+def test_an_unreadable_pid_directory_or_file_is_one_line_exit_1_and_nothing_stopped(cache, groups, unreadable):
+    """Attack 46: with the pid directory (or a pid file) unreadable, after a `sudo make run` say,
+    `stop --list` said "nothing this project started is running" and exit 0, and `stop` stopped
+    nothing and said the same: the user believed nothing was left."""
+    leader, child = start_group(groups)
+    entry = _pidfiles.record(leader.pid, "a test's group")
+    assert entry is not None
+    target = entry.path.parent if unreadable == "directory" else entry.path
+    target.chmod(0)
+    try:
+        for argv in (("--list",), ()):
+            done = stop(*argv, prefix=without_read_override())
+            assert (done.returncode, done.stdout) == (1, "")
+            assert done.stderr == (
+                f"rebalancer stop: cannot read the pid {unreadable} {target}: Permission denied; nothing was stopped\n"
+            )
+        assert alive(leader.pid) and alive(child)
+    finally:
+        target.chmod(0o700 if unreadable == "directory" else 0o600)
+    assert stop().returncode == 0 and wait_gone([leader.pid, child], DEADLINE_S) == []
+
+
+def test_a_group_whose_leader_exited_is_listed_and_stopped_while_a_member_runs(cache, groups):
+    """Attack 46: spark-class's shell exits while the JVM it started runs on in its group. `stop`
+    took the group for ended (its leader was gone), removed its file and left the JVM running."""
+    group = subprocess.Popen(
+        ["sh", "-c", 'sleep 600 & echo "$!"; read _'], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    groups.append(group)
+    assert group.stdout is not None and group.stdin is not None
+    child = int(group.stdout.readline())
+    entry = _pidfiles.record(group.pid, "a group whose leader exits")
+    assert entry is not None
+    group.stdin.close()  # the leader's `read` ends: it exits; its child stays in its group
+    group.wait(timeout=DEADLINE_S)
+    assert alive(child) and os.getpgid(child) == group.pid
+    listed = stop("--list")
+    assert (listed.returncode, listed.stdout) == (0, f"running: a group whose leader exits (process group {group.pid})\n")
+    done = stop("--grace", "30")
+    assert (done.returncode, done.stdout) == (0, f"stopped: a group whose leader exits (process group {group.pid})\n")
+    assert wait_gone([child], DEADLINE_S) == [] and not entry.path.exists()
+
+
+def test_an_ended_group_whose_pid_now_leads_another_group_is_not_ours(cache, groups):
+    """The other side of the rule above: a recorded leader's pid that now belongs to a later process
+    (another start time) is not ours, even though that process leads a group of the same id."""
+    leader, child = start_group(groups)
+    _pidfiles.record(leader.pid, "a later group")
+    path = cache / "rebalancer" / "pids" / f"{leader.pid}.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "start": saved["start"] - 1}))  # an earlier process, same pid
+    assert stop("--list").stdout.startswith("nothing this project started is running")
+    assert alive(leader.pid) and alive(child)

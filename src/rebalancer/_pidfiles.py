@@ -151,20 +151,36 @@ def _entry(path: Path, entry: dict[str, object]) -> Recorded:
     )
 
 
-def _read(path: Path) -> Recorded | None:
-    """A pid file's content; None if it is not one of ours (unreadable, another shape)."""
+def _read(path: Path, *, strict: bool = False) -> Recorded | None:
+    """A pid file's content; None if it is gone or not one of ours (another shape). A file that
+    cannot be read raises OSError under `strict`: it may name a process that runs."""
     try:
-        entry = json.loads(path.read_text())
-        return _entry(path, entry)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
+        text = path.read_text()
+    except FileNotFoundError:  # its process was stopped while we looked
+        return None
+    except OSError as exc:
+        if strict:
+            raise
+        log.debug("skipping %s: %s", path, exc)
+        return None
+    try:
+        return _entry(path, json.loads(text))
+    except (ValueError, KeyError, TypeError, AssertionError) as exc:
         log.debug("skipping %s: %s", path, exc)
         return None
 
 
 def recorded() -> list[Recorded]:
-    """Every pid file, oldest process first; a file that is not one of ours (unreadable, another
-    shape) is skipped."""
-    found = [entry for path in pid_dir().glob("[0-9]*.json") if (entry := _read(path)) is not None]
+    """Every pid file, oldest process first; a file that is not one of ours (another shape) is
+    skipped. OSError (its `filename` says which) if the directory or a file in it cannot be read:
+    "nothing runs" would then be a guess, and `rebalancer stop` says so instead of stopping nothing."""
+    directory = pid_dir()
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    paths = [directory / name for name in names if name[:1].isdigit() and name.endswith(".json")]
+    found = [entry for path in paths if (entry := _read(path, strict=True)) is not None]
     return sorted(found, key=lambda r: (r.boot, r.start, r.pid))
 
 
@@ -175,9 +191,15 @@ def running() -> list[Recorded]:
 
 def _is_ours(entry: Recorded) -> bool:
     """The recorded process is still there (a zombie too): the same boot and the same start time,
-    not a later process given its pid."""
+    not a later process given its pid. A recorded group whose leader has exited (spark-class's shell,
+    while the JVM it started runs on) is ours while a member runs: Linux gives no process a pid that
+    is still a live group's id, so the group's members are the recorded leader's."""
+    if entry.boot != _boot_id():
+        return False
     fields = _stat(entry.pid)
-    return fields is not None and entry.boot == _boot_id() and int(fields[19]) == entry.start
+    if fields is not None:
+        return int(fields[19]) == entry.start
+    return entry.group and any((_start_time(member) or -1) >= entry.start for member in _members(entry.pid))
 
 
 def _members(pgid: int) -> list[int]:

@@ -36,6 +36,16 @@ def _say(line: str) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    try:
+        return _stop(args)
+    except OSError as exc:  # a pid file or their directory unreadable: what runs is unknown
+        what = "the pid directory" if exc.filename == str(pid_dir()) else "the pid file"
+        print(f"rebalancer stop: cannot read {what} {exc.filename}: {exc.strerror}; nothing was stopped",
+              file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def _stop(args: argparse.Namespace) -> int:
     where = str(pid_dir())
     home = os.path.expanduser("~")
     if where.startswith(home + os.sep):
