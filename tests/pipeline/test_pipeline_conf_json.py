@@ -74,3 +74,13 @@ def test_conf_is_refused_for_spark_connect_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.splitlines() == [
         "rebalancer: error: --conf: a Spark Connect session takes its settings from its server, got ['spark.x']"
     ]
+
+
+def test_a_failed_json_run_leaves_stdout_empty_and_says_why_on_stderr(tmp_path: Path) -> None:
+    """A script reading `--json` tells a failure by the exit code and an empty stdout, never by half a
+    JSON document; the reason is the one stderr line a run without --json prints."""
+    argv = [EXE, "pipeline", "run", "--input", "missing", "--output", "out"]
+    plain = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == plain.stderr and len(done.stderr.splitlines()) == 1 and "missing" in done.stderr

@@ -295,6 +295,12 @@ def test_the_no_rows_sentence_names_each_reason_by_its_share():
     assert no_rows_accepted(RunSummary.from_json({"ingested": 0, "accepted": 0, "quarantine_reasons": {}})) == (
         "0 rows accepted: the input has no rows"
     )
+    # Attack 46: a stream stopped by Ctrl-C before its first micro-batch blamed the input.
+    stopped = {"ingested": 0, "accepted": 0, "quarantine_reasons": {}, "batches": 0, "interrupted": True}
+    assert no_rows_accepted(RunSummary.from_json(stopped)) == "0 rows accepted: stopped by Ctrl-C before any row was read"
+    assert no_rows_accepted(RunSummary.from_json({**stopped, "interrupted": False})) == (
+        "0 rows accepted: the input has no rows"
+    )
     reasons = {"ts_unparseable": 1, "value_not_numeric": 1998, "type_missing": 1}
     assert no_rows_accepted(RunSummary.from_json({"ingested": 2000, "accepted": 0, "quarantine_reasons": reasons})) == (
         "0 of 2,000 rows accepted; every row was quarantined: value_not_numeric >99%, ts_unparseable <1%, "

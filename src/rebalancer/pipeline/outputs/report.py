@@ -192,6 +192,8 @@ def no_rows_accepted(summary: RunSummary) -> str | None:
     if summary.accepted > 0:
         return None
     ingested = summary.ingested
+    if ingested == 0 and summary.interrupted:  # a stream stopped before its first micro-batch's rows
+        return "0 rows accepted: stopped by Ctrl-C before any row was read"
     if ingested == 0:
         return "0 rows accepted: the input has no rows"
     reasons = sorted(summary.counts.reasons.items(), key=lambda item: (-item[1], item[0]))
