@@ -315,10 +315,14 @@ def test_replay_plot_into_a_directory_is_refused_naming_the_flag(tmp_path):
 
 
 def test_simulate_plot_without_a_suffix_prints_the_file_written(tmp_path):
-    done = _rebalancer("shedding", "simulate", "--small", "--plot", str(tmp_path / "usage"))
+    """The path is wider than the 80 columns of a pipe: it stays whole on a line of its own, to be
+    copied (it was cut in two at the 80th column)."""
+    where = tmp_path / ("plots-" * 12)
+    where.mkdir()
+    done = _rebalancer("shedding", "simulate", "--small", "--plot", str(where / "usage"))
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "usage.png").stat().st_size > 1000 and not (tmp_path / "usage").exists()
-    assert f"plot: {tmp_path / 'usage.png'}" in done.stdout
+    assert (where / "usage.png").stat().st_size > 1000 and not (where / "usage").exists()
+    assert done.stdout.splitlines()[-2:] == ["plot:", str(where / "usage.png")]
 
 
 @pytest.mark.parametrize("under", [False, True])

@@ -115,12 +115,13 @@ def print_wrapped(out: Console, text: str, indent: str = "", hang: str | None = 
                   style: str | None = None) -> None:
     """`text` wrapped at spaces to the console's width, continuation lines indented by `hang`.
 
-    Never at a hyphen, so `over-placement` or a flag stays whole; a word longer than the line is cut.
+    Never at a hyphen, so `over-placement` or a flag stays whole; a word longer than the line (a
+    file's path) stays whole on a line of its own, so that it can be copied, and the terminal folds it.
     """
     hang = indent if hang is None else hang
     width = max(out.width, len(hang) + 10)
     lines = textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=hang,
-                          break_on_hyphens=False) or [""]
+                          break_on_hyphens=False, break_long_words=False) or [""]
     for line in lines:
         out.print(Text(line, style=style or ""), soft_wrap=True)
 
