@@ -207,6 +207,19 @@ def test_all_zero_loads_still_give_each_consumer_its_share() -> None:
     assert _counts(out) == [1, 2, 2, 2]
 
 
+def test_one_small_load_among_zeros_still_gives_each_consumer_a_share() -> None:
+    """Helper-31's finding: loads 0 everywhere but 1 on one partition. Moving a partition of load 0
+    changes no member's load, so the load plan left every partition with the first member and the
+    others got nothing. A caught-up partition weighs a hundredth of the mean load now: the loaded
+    partition's member keeps it alone and the zeros are shared."""
+    loads = {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0, 5: 0.0, 6: 1.0}
+    cluster, members = _group(weights=lambda tps: {tp: loads[tp.partition] for tp in tps})
+    out = _rebalance(cluster, members)
+    by_member = sorted(sorted(tp.partition for tp in a.partitions()) for a in out.values())
+    assert sorted(map(len, by_member)) == [1, 3, 3] and [6] in by_member
+    assert sum(_owners(out).values()) == 7
+
+
 def test_lag_weights_refresh_with_one_topic_name_as_a_string_is_refused() -> None:
     """`refresh(consumer, "events")` iterates the string and asks for topics 'e', 'v', 'e', 'n'...;
     a bad argument should raise ValueError naming `topics`."""

@@ -16,7 +16,10 @@ Rules, in the order they apply:
 4. Weights that are not finite numbers >= 0 for every partition never crash the group: that topic is
    balanced by count instead, with one warning naming the partition and the value. A topic whose
    loads are all 0 (a caught-up group's lag) is balanced by count too, without a warning: a load plan
-   of nothing would give one member every partition.
+   of nothing would give one member every partition. Otherwise a partition weighs at least
+   ZERO_LOAD_SHARE of the mean partition's load: a caught-up partition still has a consumer to
+   keep, and with five loads of 0 and one of 1 a new member would get nothing, moving no 0 being
+   worth a move.
 5. Each instance keeps its own state; two assignors in one process share nothing.
 
 `GracefulHandoff`'s rules:
@@ -73,6 +76,7 @@ WeightsFn = Callable[[Sequence[TopicPartition]], Mapping[TopicPartition, float]]
 EventSink = Callable[[Event], object]
 CommitFn = Callable[[dict[TopicPartition, int]], Awaitable[None] | None]
 
+ZERO_LOAD_SHARE = 0.01  # rule 4: a partition's least weight, as a share of the mean partition load
 _FORMAT = 1  # the user_data layout below; a member that sends another one claims nothing
 
 
@@ -348,8 +352,9 @@ class FlowAssignor(AbstractPartitionAssignor):
         else:
             index = {f: i for i, f in enumerate(flows)}
             try:
+                floor = ZERO_LOAD_SHARE * sum(load.values()) / len(partitions)  # rule 4
                 by_load = plan_rebalance(
-                    [load[p] for p in partitions],
+                    [max(load[p], floor) for p in partitions],
                     [index[prev[p]] if prev[p] is not None else -1 for p in partitions],  # type: ignore[index]
                     len(flows),
                 )
