@@ -187,12 +187,12 @@ def launch_jvm(command_line: Mapping[str, str], private: Mapping[str, str]) -> N
     `--conf` arguments and `private` (the caller's settings) in a properties file, never on a
     command line: `ps` shows any process's arguments to every user of the machine, and the pid file
     records them. The file (mode 0600, in a directory of mode 0700) is given to spark-submit with
-    `--extra-properties-file`, which it reads as it parses its arguments, before the JVM's gateway
-    answers, and where its settings rank as `--conf`'s (over spark-defaults.conf, which it still
-    reads): driver settings the launcher applies (spark.driver.memory, .extraJavaOptions) and those
-    spark-submit acts on (spark.jars.packages, .repositories) apply. It is removed once the JVM is up
-    (or has failed). The session's start then sets `private` on the SparkConf over Py4J as well, as
-    given: spark-submit trims the spaces around a file's values."""
+    `--extra-properties-file`, which its launcher (for the JVM's own options) and SparkSubmit read
+    as they parse their arguments, long before the gateway answers; its settings rank over
+    spark-defaults.conf, still read, and `private` holds no key of `command_line`. So driver settings
+    (spark.driver.memory, .extraJavaOptions) and what spark-submit acts on (spark.jars.packages,
+    .repositories) apply. It is removed once the JVM is up (or has failed). The session's start then
+    sets `private` on the SparkConf over Py4J as well, as given: spark-submit trims a file's values."""
     from pyspark import SparkConf, SparkContext
 
     launch = SparkConf(loadDefaults=False)
