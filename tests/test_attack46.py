@@ -170,3 +170,139 @@ def test_each_help_names_every_extra_its_command_needs(tmp_path, command, extras
     installs = re.findall(r"partition-rebalancer\[([a-z,]+)\]", " ".join(done.stdout.split()))
     assert installs, done.stdout
     assert set(installs[-1].split(",")) == extras
+
+
+# --- pipeline run --conf: secrets, java options, a JVM that exits at start ------------------------
+
+
+@pytest.fixture(scope="module")
+def secret_stream(telemetry: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("secret-stream")
+    return _stream_until_recorded(telemetry, root, f"spark.hadoop.fs.s3a.secret.key={SECRET}")
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_conf_secret_is_not_written_to_the_pid_file_nor_shown_by_ps(secret_stream):
+    """`rebalancer pipeline run --conf spark.hadoop.fs.s3a.secret.key=…`: while it runs, the JVM's
+    pid file (~/.cache/rebalancer/pids/PID.json, left behind by a killed run until the next `stop`)
+    holds the secret in its "command", and `ps -ef` shows it to every user of the machine in the
+    JVM's arguments (`--conf spark.hadoop.fs.s3a.secret.key=…`). Expected: in neither."""
+    assert secret_stream["recorded"] is not None, secret_stream["stderr"]
+    assert secret_stream["cmdline"] is not None
+    assert {
+        "pid file": SECRET in str(secret_stream["recorded"]),
+        "ps": SECRET in str(secret_stream["cmdline"]),
+    } == {"pid file": False, "ps": False}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_conf_driver_java_options_reach_the_jvm(telemetry, tmp_path):
+    """`--conf "spark.driver.extraJavaOptions=-Dfoo=bar -Dbaz=1"` (a proxy, a trust store, a JVM
+    flag) is accepted, and silently dropped: the JVM starts with the project's own
+    extraJavaOptions (its log4j file and OUT/spark.log) only, `-Dfoo=bar` nowhere in its arguments.
+    The docs: --conf "reaches the session as spark-submit's --conf does". Expected: the user's
+    options reach the JVM (beside the project's), or the flag is refused in one line (exit 2)."""
+    import json
+
+    result = _stream_until_recorded(telemetry, tmp_path, "spark.driver.extraJavaOptions=-Dfoo=bar -Dbaz=1")
+    if result["recorded"] is None:  # refused before Spark started
+        assert result["returncode"] == 2
+        lines = str(result["stderr"]).splitlines()
+        assert len(lines) == 1 and "spark.driver.extraJavaOptions" in lines[0]
+        return
+    command = json.loads(str(result["recorded"]))["command"]
+    assert [any(option in part for part in command) for option in ("-Dfoo=bar", "-Dbaz=1")] == [True, True]
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "v"])
+def test_a_repository_password_in_conf_stays_out_of_spark_log_and_stderr(telemetry, tmp_path, verbose):
+    """`--conf spark.jars.packages=… --conf spark.jars.repositories=https://user:PASSWORD@host/…` (a
+    private Maven repository; docs/pipeline.md suggests --conf spark.jars.packages for hadoop-aws):
+    when resolution fails the console shows one line, rightly, but OUT/spark.log, which that line
+    points to, holds the password five times (Ivy's `https://u:S3CR3T-attack46@127.0.0.1:9/m added
+    as a remote repository`, `Server access error at url https://u:…@…`); with -v those lines go to
+    stderr. Expected: the password masked (`***`) in both, as the project masks a URL's password
+    elsewhere."""
+    done = _unresolvable_package(telemetry, tmp_path, *verbose)
+    assert done.returncode == 2, done.stderr
+    log = tmp_path / "out" / "spark.log"
+    assert {
+        "stderr": SECRET in done.stderr,
+        "spark.log": log.exists() and SECRET in log.read_text(),
+    } == {"stderr": False, "spark.log": False}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_v_keeps_the_error_line_of_a_jvm_that_exits_at_start(telemetry, tmp_path):
+    """Without -v, a package that cannot be resolved ends in `rebalancer: error: Spark: the JVM
+    exited at start: [unresolved dependency: org.example.attack46#nothere;1.0: not found] (Spark's
+    log: …)`. With -v, the line that ends the same run is `rebalancer: error: Spark:
+    [JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.`: the cause is
+    gone from the one line that sums the failure up. Expected: -v adds output, and ends in the same
+    cause."""
+    quiet = _unresolvable_package(telemetry, tmp_path / "quiet")
+    verbose = _unresolvable_package(telemetry, tmp_path / "verbose", "-v")
+    cause = "unresolved dependency: org.example.attack46#nothere;1.0: not found"
+    assert (quiet.returncode, verbose.returncode) == (2, 2)
+    assert cause in quiet.stderr.splitlines()[-1]
+    assert cause in verbose.stderr.splitlines()[-1], verbose.stderr.splitlines()[-1]
+
+
+# --- width: the run summary at 40 columns ---------------------------------------------------------
+
+
+def _summary_dict(**extra: object) -> dict:
+    return {
+        "input": "data/telemetry",
+        "output": "/nonexistent/out",
+        "partitioning": "weighted",
+        "partitions": 4,
+        "ingested": 300_000,
+        "accepted": 299_700,
+        "quarantined": 300,
+        "quarantine_reasons": {"value_missing": 300},
+        "types": 357,
+        "skew_ratio": 1.0,
+        "hash_skew_ratio": 1.74,
+        "planned_load": [1250, 1250, 1250, 1248],
+        "hash_load": [2010, 1000, 1000, 988],
+        "task_rows": [1250, 1250, 1250, 1248],
+        "task_seconds": [0.5, 0.5, 0.5, 0.5],
+        "top_types": {"t0": 500},
+        "elapsed_s": 9.0,
+        "stage_seconds": {},
+        "version": "0.0.0",
+        "finished_at": "2026-11-29T01:06:30+00:00",
+        **extra,
+    }
+
+
+def _printed(summary: dict, width: int) -> str:
+    import io
+
+    from rich.console import Console
+
+    from rebalancer.pipeline.outputs.summary import RunSummary
+    from rebalancer.pipeline.terminal import print_summary
+
+    out = io.StringIO()
+    print_summary(Console(file=out, width=width, markup=False), RunSummary.from_json(summary), report=False)
+    return out.getvalue()
+
+
+def test_the_run_summary_at_40_columns_keeps_its_words_whole():
+    """`COLUMNS=40 rebalancer pipeline run …`: the summary table keeps its 30-character label column
+    whole and leaves the values 3 characters, each folded mid-word: `│ dat │ / │ a │`, `│ wei │ /
+    │ ght │ / │ ed │`, `5,0 / 00` (165 lines for 20 rows). Other commands' tables turn into `name:
+    value` lines when they do not fit. Expected: lines of at most 40 whose words stay whole."""
+    text = _printed(_summary_dict(), 40)
+    assert max(len(line) for line in text.splitlines()) <= 40
+    # A comma splits words, except one between digits (300,000 is one word); the attack's split at
+    # every comma could never find "300,000" whole.
+    words = set(re.split(r"(?:[\s│┌┐└┘├┤┬┴┼─()]|,(?!\d))+", text))
+    assert {"data/telemetry", "weighted", "300,000", "299,700", "value_missing"} <= words

@@ -158,3 +158,22 @@ def test_the_secret_key_rule_is_the_one_produce_uses():
     assert config.SECRET_KEY_WORDS is _secrets.SECRET_KEY_WORDS
     for key in ("sasl.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret", "client.id", "ssl.key.pem"):
         assert config.is_secret_key(key) == is_secret_key(key)
+
+
+@pytest.mark.parametrize(
+    ("argument", "shown"),
+    [
+        (f"spark.hadoop.fs.s3a.secret.key={SECRET} and more", "spark.hadoop.fs.s3a.secret.key=***"),
+        (f"-Djavax.net.ssl.trustStorePassword={SECRET}", "-Djavax.net.ssl.trustStorePassword=***"),
+        # a JVM options value: each word judged, the others shown
+        (f"spark.driver.extraJavaOptions=-Da=1 -Dx.password={SECRET} -Db=2",
+         "spark.driver.extraJavaOptions=-Da=1 -Dx.password=*** -Db=2"),
+        (f"spark.driver.extraJavaOptions=-Dx.password={SECRET}", "spark.driver.extraJavaOptions=-Dx.password=***"),
+        (f"spark.jars.repositories=https://u:{SECRET}@h/m", "spark.jars.repositories=https://***@h/m"),
+        ("spark.master=local[2]", "spark.master=local[2]"),
+        ("-Dlog4j2.configurationFile=file:///a/b.properties", "-Dlog4j2.configurationFile=file:///a/b.properties"),
+        ("--conf", "--conf"),
+    ],
+)  # fmt: skip
+def test_masked_argument_hides_a_secrets_value_on_a_command_line(argument, shown):
+    assert _secrets.masked_argument(argument) == shown

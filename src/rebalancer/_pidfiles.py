@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rebalancer._secrets import masked_argument
+
 __all__ = ["STOP_GRACE_S", "Recorded", "forget", "is_running", "pid_dir", "record", "recorded", "running", "stop_recorded"]
 
 log = logging.getLogger(__name__)
@@ -84,11 +86,13 @@ def _boot_id() -> str:
 
 
 def _command(pid: int) -> tuple[str, ...]:
+    """The command line as recorded: each secret's value as *** (`masked_argument`), since a pid
+    file outlives a killed run (a JVM's `-D...password=`, a URL's password)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ()
-    return tuple(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+    return tuple(masked_argument(part.decode(errors="replace")) for part in raw.split(b"\0") if part)
 
 
 def record(

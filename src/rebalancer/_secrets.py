@@ -26,6 +26,7 @@ __all__ = [
     "MaskedFormatter",
     "has_user_info",
     "is_secret_key",
+    "masked_argument",
     "masked_pairs",
     "masked_repr",
     "masked_servers",
@@ -236,6 +237,32 @@ def masked_text(text: str) -> str:
     """`text` with each URL in it masked (`masked_url`): for messages this package did not write,
     such as a Java exception's, which may quote a URI it was given, or a form of it."""
     return _URL_IN_TEXT.sub(lambda match: masked_url(match.group(0)), text)
+
+
+def masked_argument(argument: str) -> str:
+    """A command line's argument as a process list or a pid file may show it, every URL masked and
+    each secret's value as ***: an argument `key=value` whose key is a secret's (`is_secret_key`, a
+    leading `-D` aside: `--conf`'s `spark.hadoop.fs.s3a.secret.key=...`, a JVM's
+    `-Djavax.net.ssl.trustStorePassword=...`) shows no value; in any other, each word shows none
+    after such a key (`spark.driver.extraJavaOptions=-Da=1 -Dx.password=...`)."""
+    key, equals, _value = argument.partition("=")
+    if equals and is_secret_key(key.removeprefix("-D")):
+        return f"{key}={MASK}"
+    return _WORD.sub(lambda word: _masked_after_secret_key(word.group(0)), masked_text(argument))
+
+
+_WORD = re.compile(r"\S+")
+
+
+def _masked_after_secret_key(text: str) -> str:
+    """`text` with all after the first `key=` whose key is a secret's as ***; keys are what lies
+    between one '=' and the next (`a=-Dx.password=...`: `a`, then `-Dx.password`)."""
+    begin = 0
+    while (equals := text.find("=", begin)) >= 0:
+        if is_secret_key(text[begin:equals].removeprefix("-D")):
+            return text[: equals + 1] + MASK
+        begin = equals + 1
+    return text
 
 
 class MaskedFormatter(logging.Formatter):

@@ -195,19 +195,58 @@ def print_summary(
 
         rows.append(("database", describe(summary.sink)))
     label = max(len(what) for what, _ in rows)
-    width = max(console.width - label - 7, 20)  # 7: the borders and padding of two columns
-    table = Table(title="rebalancer pipeline", show_header=False)
-    table.add_column("what", style="bold", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    for what, value in rows:
-        table.add_row(what, value if isinstance(value, str) else "\n".join(fit(line, width) for line in value))
-    console.print(table)
+    width = console.width - label - 7  # 7: the borders and padding of two columns
+    if width < _narrowest_value(rows):
+        _print_rows(console, TITLE, rows)  # the values would be folded mid-word
+    else:
+        table = Table(title=TITLE, show_header=False)
+        table.add_column("what", style="bold", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        for what, value in rows:
+            table.add_row(what, value if isinstance(value, str) else "\n".join(fit(line, width) for line in value))
+        console.print(table)
     note = wall_note(summary)
     if note:
         console.print(note, highlight=False)
     page = next((file for file in files if file.endswith("report.html")), None)
     if page is not None:
         console.print(f"report: {page}  (open it in a browser)", highlight=False)
+
+
+TITLE = "rebalancer pipeline"
+# The value column's least width: the longest word a value holds that is not a location (a path or
+# URL, which may be folded as rich folds it), and never less than this.
+MIN_VALUE_WIDTH = 20
+_LOCATION_ROWS = ("input", "files written", "database")
+
+
+def _narrowest_value(rows: list[tuple[str, str | list[list[str]]]]) -> int:
+    """The width under which the summary's values cannot be shown as a table without folding a word."""
+    words = [
+        word
+        for what, value in rows
+        if what not in _LOCATION_ROWS
+        for text in ([value] if isinstance(value, str) else [" ".join(line) for line in value])
+        for word in text.split()
+    ]
+    return max([MIN_VALUE_WIDTH, *(len(word) for word in words)])
+
+
+def _print_rows(console: Any, title: str, rows: list[tuple[str, str | list[list[str]]]]) -> None:
+    """The summary as `label: value` lines wrapped at spaces, for a console too narrow for its table
+    (as `rebalancer._console.print_table` prints other commands' tables); a value of several lines
+    (handlers, files) as indented lines under its label."""
+    from rebalancer._console import print_wrapped
+
+    print_wrapped(console, title, style="bold")
+    for what, value in rows:
+        lines = value.splitlines() if isinstance(value, str) else [" ".join(line) for line in value]
+        if len(lines) <= 1:
+            print_wrapped(console, f"{what}: {''.join(lines)}", hang="  ")
+            continue
+        print_wrapped(console, f"{what}:")
+        for line in lines:
+            print_wrapped(console, line, indent="  ", hang="    ")
 
 
 def handler_lines(summary: RunSummary) -> list[str]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shlex
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -103,31 +106,31 @@ def build_session(
             field,
             advice,
         )
-    builder = SparkSession.builder.appName(app_name)
+    from pyspark import SparkContext
+
+    settings: dict[str, str] = {"spark.app.name": app_name}
     if master:
-        builder = builder.master(master)
-    for key, value in PIPELINE_CONF.items():
-        builder = builder.config(key, value)
-    builder = (
-        builder.config("spark.ui.enabled", "true" if ui else "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("REBALANCER_DRIVER_MEMORY", "4g"))
-        .config("spark.ui.showConsoleProgress", "false")
+        settings["spark.master"] = master
+    settings.update(PIPELINE_CONF)
+    settings.update(
+        {
+            "spark.ui.enabled": "true" if ui else "false",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.driver.memory": os.environ.get("REBALANCER_DRIVER_MEMORY", "4g"),
+            "spark.ui.showConsoleProgress": "false",
+        }
     )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
+    given = dict(conf or {})
+    settings.update(given)
     if shuffle_partitions is None and master and master.startswith("local"):
         # 200 shuffle partitions cost seconds per small aggregation on one machine; a cluster keeps its own.
         shuffle_partitions = 2 * _local_cores(master)
     if shuffle_partitions is not None:
-        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    from pyspark import SparkContext
-
-    starts_jvm = (
-        quiet and SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ
-    )
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    had_jvm = SparkContext._gateway is not None
+    starts_jvm = not had_jvm and "PYSPARK_GATEWAY_PORT" not in os.environ
     startup: AbstractContextManager[None] = nullcontext()
-    to_file = starts_jvm and log_file is not None
+    to_file = starts_jvm and quiet and log_file is not None
     if starts_jvm:
         from rebalancer.pipeline.session.quiet import (
             file_java_options,
@@ -136,19 +139,30 @@ def build_session(
             quiet_java_options,
         )
 
-        if master and master.startswith("local"):
+        if quiet and master and master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback"
         if to_file:
             path = Path(str(log_file))  # shown as given; the JVM, whose working directory may differ, gets it whole
-            builder = builder.config("spark.driver.extraJavaOptions", file_java_options(path.absolute()))
+            ours = file_java_options(path.absolute())
             startup = jvm_stderr_to(path)
-        else:
-            builder = builder.config("spark.driver.extraJavaOptions", quiet_java_options())
+        elif quiet:
+            ours = quiet_java_options()
             startup = jvm_stderr_filtered()
-    had_jvm = SparkContext._gateway is not None
+        else:  # -vv: all of the JVM's startup output, masked all the same
+            ours = ""
+            startup = jvm_stderr_filtered(drop=())
+        if ours:
+            settings[JAVA_OPTIONS] = merged_java_options(given.get(JAVA_OPTIONS), ours)
+            if JAVA_OPTIONS in given:
+                given[JAVA_OPTIONS] = settings[JAVA_OPTIONS]
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     with startup:
+        if starts_jvm and given:  # the caller's settings, kept off the JVM's command line
+            launch_jvm({key: value for key, value in settings.items() if key not in given}, given)
         if connect_timeout is not None and str(master).lower().startswith("spark://"):
-            session = _bounded_start(builder, str(master), connect_timeout, field, advice)
+            session = _bounded_start(builder, str(master), connect_timeout, field, advice, had_jvm)
         else:
             session = builder.getOrCreate()
     if not had_jvm:
@@ -156,6 +170,75 @@ def build_session(
     if not to_file:  # a log file keeps Spark's warnings too: it is read when something went wrong
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def merged_java_options(given: str | None, ours: str) -> str:
+    """The caller's driver JVM options, then ours: a JVM takes the last of two `-Dkey=`s, so ours
+    (the log4j configuration, the log file) hold, and the caller's others (a proxy, a trust store,
+    a JVM flag) reach the JVM beside them."""
+    return f"{given} {ours}" if given and given.strip() else ours
+
+
+def launch_jvm(command_line: Mapping[str, str], private: Mapping[str, str]) -> None:
+    """Start the driver JVM (PySpark's gateway, through spark-submit) with `command_line` as its
+    `--conf` arguments and `private` (the caller's settings) in a properties file, never on a
+    command line: `ps` shows any process's arguments to every user of the machine, and the pid file
+    records them. The file (mode 0600, in a directory of mode 0700) is given to spark-submit with
+    `--extra-properties-file`, which its launcher (for the JVM's own options) and SparkSubmit read
+    as they parse their arguments, long before the gateway answers; its settings rank over
+    spark-defaults.conf, still read, and `private` holds no key of `command_line`. So driver settings
+    (spark.driver.memory, .extraJavaOptions) and what spark-submit acts on (spark.jars.packages,
+    .repositories) apply. It is removed once the JVM is up (or has failed). The session's start then
+    sets `private` on the SparkConf over Py4J as well, as given: spark-submit trims a file's values."""
+    from pyspark import SparkConf, SparkContext
+
+    launch = SparkConf(loadDefaults=False)
+    for key, value in command_line.items():
+        launch.set(key, value)
+    folder = Path(tempfile.mkdtemp(prefix="rebalancer-conf-"))  # mode 0700: only its owner lists or reads it
+    try:
+        path = folder / "spark.properties"
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
+            out.write(java_properties(private))
+        previous = os.environ.get(SUBMIT_ARGS)
+        os.environ[SUBMIT_ARGS] = f"--extra-properties-file {shlex.quote(str(path))} {previous or 'pyspark-shell'}"
+        try:
+            SparkContext._ensure_initialized(conf=launch)
+        finally:
+            if previous is None:
+                os.environ.pop(SUBMIT_ARGS, None)
+            else:
+                os.environ[SUBMIT_ARGS] = previous
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"  # what PySpark adds to the spark-submit command it starts the JVM with
+_PROPERTY_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
+
+
+def java_properties(settings: Mapping[str, str]) -> str:
+    """`settings` as a Java .properties file (UTF-8, as spark-submit reads one), one `key=value` per
+    line, escaped as `java.util.Properties.store` escapes them: every key and value reads back as
+    written (but for the spaces around a value, which spark-submit trims)."""
+
+    def escaped(text: str, key: bool) -> str:
+        out = []
+        for i, char in enumerate(text):
+            if char in _PROPERTY_ESCAPES:
+                out.append(_PROPERTY_ESCAPES[char])
+            elif char in "=:#!" or (char == " " and (key or i == 0)):
+                out.append("\\" + char)
+            elif ord(char) < 0x20 or 0xD800 <= ord(char) <= 0xDFFF or ord(char) == 0x7F:
+                out.append(f"\\u{ord(char):04x}")
+            else:
+                out.append(char)
+        return "".join(out)
+
+    return "".join(f"{escaped(key, True)}={escaped(value, False)}\n" for key, value in settings.items())
 
 
 def _record_jvm(app_name: str) -> None:
@@ -169,7 +252,7 @@ def _record_jvm(app_name: str) -> None:
 
 
 def _bounded_start(
-    builder: SparkSession.Builder, master: str, timeout: float, field: str, advice: str
+    builder: SparkSession.Builder, master: str, timeout: float, field: str, advice: str, had_jvm: bool
 ) -> SparkSession:
     """`builder.getOrCreate()`, given `timeout` seconds from the JVM being up to the session being up.
 
@@ -187,7 +270,6 @@ def _bounded_start(
         except BaseException as exc:  # handed to the caller's thread
             failed.append(exc)
 
-    had_jvm = SparkContext._gateway is not None
     thread = threading.Thread(target=start, name="rebalancer-session-start", daemon=True)
     thread.start()
     deadline: float | None = None

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
 from rebalancer._command import Explained, imported_errors
 from rebalancer._secrets import masked_text
 from rebalancer.pipeline.session.build import spark_error_reason
-from rebalancer.pipeline.session.quiet import jvm_log_file
+from rebalancer.pipeline.session.quiet import jvm_log_file, jvm_start_lines
 
 __all__ = ["explain", "log_note", "spark_errors"]
 
@@ -36,12 +37,17 @@ def jvm_start_cause(log: Path | None) -> str | None:
         return None
     try:
         with open(log, encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                found = _JVM_CAUSE.match(line.strip())
-                if found:
-                    return masked_text(found.group("why").strip())
+            return first_cause(lines)
     except OSError:
         return None
+
+
+def first_cause(lines: Iterable[str]) -> str | None:
+    """The cause the first `...Exception: why` (or `...Error: why`) line of `lines` names, masked."""
+    for line in lines:
+        found = _JVM_CAUSE.match(line.strip())
+        if found:
+            return masked_text(found.group("why").strip())
     return None
 
 
@@ -52,8 +58,8 @@ def explain(exc: BaseException, verbose: int) -> Explained | None:
     reason = spark_error_reason(exc)
     if _GATEWAY_EXITED in str(exc):
         # PySpark says only that the JVM exited; the JVM said why, in its log (read before the
-        # traceback is appended to it).
-        cause = jvm_start_cause(jvm_log_file())
+        # traceback is appended to it), or on its stderr, which -v shows and this process relayed.
+        cause = jvm_start_cause(jvm_log_file()) or first_cause(jvm_start_lines())
         if cause:
             reason = f"the JVM exited at start: {cause}"
     if verbose:

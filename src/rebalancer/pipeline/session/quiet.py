@@ -8,6 +8,10 @@ line, which no JVM flag turns off, so the JVM's stderr is filtered for that one 
 A CLI run without -v goes further (`jvm_stderr_to`, `spark_python_logs_to`): Spark's logs, the
 JVM's stderr and Py4J's Python records all go to OUTPUT/spark.log, so a failure or a Ctrl-C ends in
 the command's one line, which names the file.
+
+Whatever the level, the JVM a session start launches has a pipe for its stderr, which a thread of
+this process relays line by line with each URL's password masked (Ivy prints a repository's URL
+whole), to the console or to the log file: nothing the JVM prints on its own stderr escapes masking.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from rebalancer._secrets import MaskedFormatter
+from rebalancer._secrets import MaskedFormatter, masked_text
 from rebalancer.pipeline.session.connect import is_connect
 
 if TYPE_CHECKING:
@@ -42,28 +46,100 @@ def quiet_java_options() -> str:
 
 
 @contextmanager
-def jvm_stderr_filtered() -> Iterator[None]:
+def jvm_stderr_filtered(drop: tuple[bytes, ...] = JVM_NOISE) -> Iterator[None]:
     """While the JVM starts, fd 2 is a pipe; the JVM keeps it as its stderr for life, so a daemon
-    thread forwards each line to the real stderr except the JVM_NOISE ones, until the JVM exits."""
+    thread forwards each line to the real stderr, masked (`_relay`), except those starting with one
+    of `drop`, until the JVM exits."""
     sys.stderr.flush()
-    real = os.dup(2)
+    with _jvm_stderr_relayed(os.dup(2), drop):
+        yield
+
+
+# What the JVM this process started wrote on its stderr while starting, masked: the cause of a JVM
+# that exits before its gateway answers, which -v prints to the console where no log keeps it.
+_start_lines: list[str] = []
+_start_lock = threading.Lock()
+_START_LINES_KEPT = 10_000  # Ivy's resolution of many packages is hundreds; a bound all the same
+_keeping = [False]  # whether the relay keeps the lines it reads (under _start_lock)
+
+
+def jvm_start_lines() -> list[str]:
+    """The lines (masked, without their newline) the JVM this process started wrote on its stderr
+    while starting, if that start failed; [] once a JVM has started."""
+    with _start_lock:
+        return list(_start_lines)
+
+
+@contextmanager
+def _jvm_stderr_relayed(out: int, drop: tuple[bytes, ...]) -> Iterator[None]:
+    """fd 2 is a pipe to a `_relay` thread writing to `out` (closed when the JVM exits) for the
+    block: the JVM started in it keeps that pipe as its stderr. A start that failed with the JVM
+    gone (PySpark's JAVA_GATEWAY_EXITED, a JVM stopped at a deadline) waits for the relay to reach
+    the JVM's last line, so that its lines come before the command's error line, not after it."""
     read_end, write_end = os.pipe()
+    _keep_start_lines(True)
+    real = os.dup(2)
     os.dup2(write_end, 2)
     os.close(write_end)
-    threading.Thread(target=_forward, args=(read_end, real), name="jvm-stderr", daemon=True).start()
+    relay = threading.Thread(target=_relay, args=(read_end, out, drop), name="jvm-stderr", daemon=True)
+    relay.start()
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(real, 2)  # this process writes to its own stderr again; the JVM keeps the pipe
+        os.close(real)
+
     try:
         yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(real, 2)  # this process writes to the terminal again; the JVM keeps the pipe
+    except KeyboardInterrupt:  # the JVM may run on (it ignores SIGINT): nothing to wait for
+        restore()
+        _keep_start_lines(False)
+        raise
+    except BaseException:
+        restore()
+        from pyspark import SparkContext
+
+        if SparkContext._gateway is None:  # no JVM runs on: the pipe ends once the relay has read it all
+            relay.join(RELAY_DRAIN_S)
+        _keep_start_lines(False, clear=False)  # the error's explanation reads them
+        raise
+    restore()
+    _keep_start_lines(False)
 
 
-def _forward(read_end: int, real: int) -> None:
+def _keep_start_lines(keep: bool, clear: bool = True) -> None:
+    with _start_lock:
+        _keeping[0] = keep
+        if clear:
+            _start_lines.clear()
+
+
+RELAY_DRAIN_S = 60.0  # a bound, not a wait: a JVM that has exited leaves at most a pipe's worth unread
+
+
+def _relay(read_end: int, out: int, drop: tuple[bytes, ...]) -> None:
+    """Each line read is written to `out` with the URLs in it masked (`masked_text`): Ivy prints a
+    `spark.jars.repositories` URL whole, its password included ("... added as a remote repository",
+    "Server access error at url ..."), and Hadoop quotes a location it cannot open. The lines are
+    kept too (`jvm_start_lines`) while the JVM starts. Once `out` fails (a closed console) lines are
+    still read, so that the JVM never blocks on a full pipe."""
     with os.fdopen(read_end, "rb") as lines:
         for line in lines:
-            if not line.startswith(JVM_NOISE):
-                os.write(real, line)
-    os.close(real)
+            if drop and line.startswith(drop):
+                continue
+            text = masked_text(line.decode("utf-8", "surrogateescape"))
+            with _start_lock:
+                if _keeping[0] and len(_start_lines) < _START_LINES_KEPT:
+                    _start_lines.append(text.rstrip("\n"))
+            data = text.encode("utf-8", "surrogateescape")
+            while data and out >= 0:
+                try:
+                    data = data[os.write(out, data) :]
+                except OSError:
+                    os.close(out)
+                    out = -1
+    if out >= 0:
+        os.close(out)
 
 
 # -- A quiet CLI run: Spark's logs in a file, Ctrl-C without tracebacks ------------------------------
@@ -88,24 +164,18 @@ def file_java_options(log_file: Path) -> str:
 
 @contextmanager
 def jvm_stderr_to(log_file: Path) -> Iterator[None]:
-    """While the JVM starts, fd 2 is `log_file` (appended to); the JVM keeps it as its stderr for life,
-    so what it prints there itself (stack traces at shutdown, its Python workers' stderr, which it
-    relays) lands in the log. No thread: the file is the JVM's stderr, not a pipe to forward."""
+    """While the JVM starts, its stderr is a pipe relayed (masked, `_relay`) to `log_file`, appended
+    to; the JVM keeps it for life, so what it prints there itself (Ivy's resolution, stack traces,
+    its Python workers' stderr, which it relays) lands in the log, never on the console. (What the
+    JVM writes there after this process has exited is lost: its own log4j lines are not, log4j
+    writes to the file itself.)"""
     global _jvm_log
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.write_bytes(b"")  # a previous run's log is not this one's
     sys.stderr.flush()
-    real = os.dup(2)
-    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND)
-    os.dup2(fd, 2)
-    os.close(fd)
     _jvm_log = log_file  # from its first line: a JVM that fails to start says why there
-    try:
+    with _jvm_stderr_relayed(os.open(log_file, os.O_WRONLY | os.O_APPEND), drop=()):
         yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(real, 2)
-        os.close(real)
 
 
 _SPARK_PACKAGES = ("py4j", "pyspark")
