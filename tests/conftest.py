@@ -222,20 +222,56 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(SERVERS_GROUP if unit in with_servers else unit))
 
 
+_servers_started: list[str] = []  # the server fixtures this process set up
+
+
+class ServerSetups:
+    """Records each server fixture's setup. A plugin, not a conftest hook: pytest asks a session
+    fixture's setup hooks of the session's node, which sees no conftest below the rootdir."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[object]) -> Iterator[object]:
+        result = yield
+        if fixturedef.argname in SERVER_FIXTURES:
+            _servers_started.append(fixturedef.argname)
+        return result
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(ServerSetups(), "rebalancer-server-setups")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """On a worker: hand the servers' start-up lines to the controller, which prints them."""
+    """On a worker: hand the servers it started and their start-up lines to the controller. On the
+    controller: a server that started on two workers fails the run, naming it; the grouping above
+    is what keeps each to one, and nothing else would show that it had stopped working."""
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["startups"] = [*_kafka_startups, *_pulsar_startups]
+        workeroutput["servers"] = list(_servers_started)
+        workeroutput["worker"] = session.config.workerinput["workerid"]  # type: ignore[attr-defined]
+        return
+    twice = sorted(name for name, workers in _servers_by_worker.items() if len(workers) > 1)
+    if twice:
+        _workers_startups.append(
+            f"ERROR: started on more than one worker: {', '.join(twice)} (the grouping in tests/conftest.py "
+            "did not hold; is pytest-xdist's loadgroup working with this pytest?)"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
-    """pytest-xdist's hook, on the controller: a worker's start-up lines."""
-    _workers_startups.extend(getattr(node, "workeroutput", {}).get("startups", []))
+    """pytest-xdist's hook, on the controller: a worker's start-up lines and servers."""
+    output = getattr(node, "workeroutput", {})
+    _workers_startups.extend(output.get("startups", []))
+    worker = output.get("worker", "?")
+    for name in output.get("servers", []):
+        _servers_by_worker.setdefault(name, set()).add(worker)
 
 
 _workers_startups: list[str] = []
+_servers_by_worker: dict[str, set[str]] = {}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
