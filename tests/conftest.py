@@ -195,8 +195,9 @@ def pulsar_harness() -> Iterator[object]:
 SERVER_FIXTURES = frozenset(
     {"postgres", "kafka_real_cluster", "pulsar_cluster", "pulsar_harness", "spark_cluster", "connect_server"}
 )
-# A docs block's services (tests/test_docs_run.py's `needs:`) that are one of those servers.
-SERVER_NEEDS = frozenset({"kafka", "postgres", "pulsar"})
+# The marks of a test that asks for one of them at run time (`any_kafka_cluster`'s real side, a docs
+# block's `needs:`), which its fixture names do not show.
+SERVER_MARKS = frozenset({"kafka_real", "pulsar", "pulsar_real", "postgres", "cluster", "connect"})
 SERVERS_GROUP = "servers"
 
 
@@ -204,10 +205,13 @@ def worker_unit(item: pytest.Item) -> tuple[str, bool]:
     """The unit a test runs in on one worker, and whether the test itself needs a server. A module
     is one unit (its module fixtures run once); a document's blocks are one (they run in reading
     order, in one directory)."""
+    needs_server = bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))) or any(
+        mark.name in SERVER_MARKS for mark in item.iter_markers()
+    )
     block = item.callspec.params.get("block") if hasattr(item, "callspec") else None
-    if block is not None and hasattr(block, "doc") and hasattr(block, "needs"):
-        return f"docs:{block.doc.name}", bool(SERVER_NEEDS & set(block.needs))
-    return item.nodeid.split("::", 1)[0], bool(SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+    if block is not None and hasattr(block, "doc"):
+        return f"docs:{block.doc.name}", needs_server
+    return item.nodeid.split("::", 1)[0], needs_server
 
 
 @pytest.hookimpl(tryfirst=True)
