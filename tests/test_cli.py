@@ -115,6 +115,11 @@ def test_a_component_that_fails_to_import_is_an_error_not_silence(monkeypatch):
 
 def test_a_missing_extra_keeps_the_component_listed_and_names_the_extra(monkeypatch, capsys):
     for name in [m for m in sys.modules if m == "rebalancer.pipeline" or m.startswith("rebalancer.pipeline.")]:
+        # The failed import below also removes the module from its parent package's attributes:
+        # monkeypatch puts both back, or a later test in this process finds no `rebalancer.pipeline`.
+        parent, _, child = name.rpartition(".")
+        if hasattr(sys.modules.get(parent), child):
+            monkeypatch.setattr(sys.modules[parent], child, getattr(sys.modules[parent], child))
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "pyspark", None)  # what an install without the 'spark' extra sees
     parser = cli.build_parser()
